@@ -1,0 +1,1 @@
+"""The ``xpushare`` command line: the top layer, free to use every other part."""

@@ -1,0 +1,48 @@
+"""The data every part of xpushare exchanges, as pydantic v2 models.
+
+Why one package at the bottom of the import layers: the scheduler, the node agent, the
+simulator and every vendor plugin speak in these types, and a vendor plugin is untrusted
+input, so its output is validated against these models at the plugin boundary. Nothing here
+does I/O or imports another part of xpushare.
+"""
+
+from xpushare.models.allocation import AllocateRequest, ContainerAllocation, DeviceNode, Mount
+from xpushare.models.assignment import ContainerAssignment, DeviceSlice, PodAssignment
+from xpushare.models.device import Device, LinkKind, PartitionProfile, TopologyLink
+from xpushare.models.fit import FitReason, FitResult, NodeFit
+from xpushare.models.kube import ContainerView, NodeView, PodRef, PodView
+from xpushare.models.monitor import ContainerUsage, DeviceSample, HealthEvent, MonitorSnapshot
+from xpushare.models.request import ContainerRequest
+from xpushare.models.usage import DeviceUsage
+from xpushare.models.vendor import API_VERSION, JsonPatchOp, ResourceNames, VendorSpec
+
+__all__ = [
+    "API_VERSION",
+    "AllocateRequest",
+    "ContainerAllocation",
+    "ContainerAssignment",
+    "ContainerRequest",
+    "ContainerUsage",
+    "ContainerView",
+    "Device",
+    "DeviceNode",
+    "DeviceSample",
+    "DeviceSlice",
+    "DeviceUsage",
+    "FitReason",
+    "FitResult",
+    "HealthEvent",
+    "JsonPatchOp",
+    "LinkKind",
+    "MonitorSnapshot",
+    "Mount",
+    "NodeFit",
+    "NodeView",
+    "PartitionProfile",
+    "PodAssignment",
+    "PodRef",
+    "PodView",
+    "ResourceNames",
+    "TopologyLink",
+    "VendorSpec",
+]

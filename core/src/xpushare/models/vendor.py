@@ -1,0 +1,68 @@
+"""How a vendor plugin describes itself, and the JSON patch its admission hook returns."""
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from xpushare.models._base import Model
+
+#: The major version of the vendor contract (hook names, arguments and models). A plugin
+#: that declares another major is refused at load time with a message saying which core
+#: version it needs.
+API_VERSION = 1
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Kubernetes extended resource names are "<domain>/<name>" (k8s-apis.md §1).
+_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+class ResourceNames(Model):
+    """The extended resource names of a vendor, e.g. ``nvidia.com/gpu``.
+
+    ``count`` is the device-plugin resource kubelet accounts; the others are read from the
+    pod spec by the scheduler only (kube-scheduler is told to ignore them).
+    """
+
+    count: str
+    memory: str | None = None
+    memory_percent: str | None = None
+    compute: str | None = None
+
+    @field_validator("count", "memory", "memory_percent", "compute")
+    @classmethod
+    def _is_resource_name(cls, value: str | None) -> str | None:
+        if value is not None and not _RESOURCE.match(value):
+            raise ValueError(f"{value!r} is not an extended resource name like 'vendor.com/gpu'")
+        return value
+
+    def all(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.count, self.memory, self.memory_percent, self.compute) if n)
+
+
+class VendorSpec(Model):
+    """What ``xpushare_vendor`` returns: the vendor's name, contract version and resources."""
+
+    name: str = Field(description="equals the entry-point name; a lower-case DNS label")
+    api_version: int = Field(ge=1)
+    display_name: str = ""
+    resource_names: ResourceNames
+    memory_unit_mib: int = Field(
+        default=1, ge=1, description="MiB per unit of the memory resource (HAMi's MemoryFactor)"
+    )
+    config: dict[str, Any] = Field(default_factory=dict, description="vendor defaults, shown")
+
+    @field_validator("name")
+    @classmethod
+    def _is_dns_label(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError(f"vendor name {value!r} must be a lower-case DNS label")
+        return value
+
+
+class JsonPatchOp(Model):
+    """One RFC 6902 operation, as the admission webhook returns it."""
+
+    op: Literal["add", "remove", "replace", "test"]
+    path: str = Field(pattern=r"^(/[^/]*)+$")
+    value: Any = None

@@ -1,0 +1,31 @@
+"""The names a plugin may import are pinned: changing them is a contract change."""
+
+import xpushare
+import xpushare.models
+
+
+def test_top_level_exports() -> None:
+    assert sorted(xpushare.__all__) == [
+        "API_VERSION",
+        "AdmissionDenied",
+        "PluginError",
+        "VendorUnavailable",
+        "XpushareError",
+        "__version__",
+        "hookimpl",
+    ]
+    for name in xpushare.__all__:
+        assert hasattr(xpushare, name)
+
+
+def test_models_exports() -> None:
+    assert sorted(xpushare.models.__all__) == sorted(
+        [
+            "API_VERSION", "AllocateRequest", "ContainerAllocation", "ContainerAssignment",
+            "ContainerRequest", "ContainerUsage", "ContainerView", "Device", "DeviceNode",
+            "DeviceSample", "DeviceSlice", "DeviceUsage", "FitReason", "FitResult",
+            "HealthEvent", "JsonPatchOp", "LinkKind", "MonitorSnapshot", "Mount", "NodeFit",
+            "NodeView", "PartitionProfile", "PodAssignment", "PodRef", "PodView",
+            "ResourceNames", "TopologyLink", "VendorSpec",
+        ]
+    )
