@@ -1,0 +1,179 @@
+"""The core's default hook implementations, registered for every vendor as ``trylast``.
+
+Built-in behaviour is itself a plugin (DESIGN.md §3): a vendor that leaves a scheduler-side
+hook out gets these, and one that implements it may still return ``None`` to fall back here.
+
+* ``xpushare_resource_request`` reads a container's limits (requests when a limit is absent)
+  under the vendor's resource names, HAMi's way (hami-protocol.md §2.9): a device count, memory
+  in the vendor's units (``memory_unit_mib`` MiB each) or as a percent of each device, and a
+  compute percent, where 100 means the device is used exclusively (§3.8). Constraints come
+  from pod annotations, ours (``xpushare.io/use-model`` ...) and HAMi's
+  (``<domain>/use-gputype`` ...), so a HAMi user's pod specs keep their meaning.
+* ``xpushare_fit`` is :func:`xpushare.scheduling.default_fit`.
+* ``xpushare_register_policies`` registers the core's placement policies.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from xpushare.hookspecs import hookimpl
+from xpushare.models import (
+    ContainerRequest,
+    ContainerView,
+    DeviceUsage,
+    FitResult,
+    NodeView,
+    PodView,
+    VendorSpec,
+)
+from xpushare.scheduling import builtin_policies, default_fit
+from xpushare.scheduling.quantity import parse_quantity
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+#: Our constraint annotations (comma-separated lists; ``numa-bind`` is "true" or "false").
+USE_MODEL = "xpushare.io/use-model"
+NOUSE_MODEL = "xpushare.io/nouse-model"
+USE_UUID = "xpushare.io/use-uuid"
+NOUSE_UUID = "xpushare.io/nouse-uuid"
+NUMA_BIND = "xpushare.io/numa-bind"
+
+# HAMi's per-vendor keys live under the domain of the count resource, e.g. nvidia.com
+# (hami-protocol.md §2.1, §8.1; AMD spells the UUID keys with a dash).
+_HAMI_USE_MODEL = ("use-gputype",)
+_HAMI_NOUSE_MODEL = ("nouse-gputype",)
+_HAMI_USE_UUID = ("use-gpuuuid", "use-gpu-uuid")
+_HAMI_NOUSE_UUID = ("nouse-gpuuuid", "nouse-gpu-uuid")
+_HAMI_NUMA_BIND = ("numa-bind",)
+
+
+def _who(pod: PodView, container: ContainerView) -> str:
+    kind = "init container" if container.init else "container"
+    return f"pod {pod.ref}, {kind} {container.name!r}"
+
+
+def _value(container: ContainerView, name: str | None) -> str | None:
+    if name is None:
+        return None
+    value = container.limits.get(name)
+    if value is None:
+        value = container.requests.get(name)
+    return value
+
+
+def _integer(raw: str, name: str, who: str) -> int:
+    try:
+        value = parse_quantity(raw)
+    except ValueError:
+        value = Decimal("NaN")
+    if not value.is_finite() or value != value.to_integral_value():
+        raise ValueError(f"{who}: {name} must be a whole number, got {raw!r}")
+    return int(value)
+
+
+def _list(annotations: Mapping[str, str], keys: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for key in keys:
+        for item in annotations.get(key, "").split(","):
+            item = item.strip()
+            if item and item not in out:
+                out.append(item)
+    return tuple(out)
+
+
+def _flag(annotations: Mapping[str, str], keys: Sequence[str], who: str) -> bool:
+    for key in keys:
+        raw = annotations.get(key)
+        if raw is None:
+            continue
+        value = raw.strip().lower()
+        if value not in ("true", "false"):
+            raise ValueError(f"{who}: annotation {key} must be 'true' or 'false', got {raw!r}")
+        if value == "true":
+            return True
+    return False
+
+
+@hookimpl(trylast=True)
+def xpushare_resource_request(
+    vendor: VendorSpec, pod: PodView, container: ContainerView
+) -> ContainerRequest | None:
+    names = vendor.resource_names
+    who = _who(pod, container)
+    raw_count = _value(container, names.count)
+    raw_memory = _value(container, names.memory)
+    raw_percent = _value(container, names.memory_percent)
+    raw_compute = _value(container, names.compute)
+    if raw_count is None and raw_memory is None and raw_percent is None and raw_compute is None:
+        return None
+    # HAMi's webhook adds one device when only memory or compute is given (defaultGPUNum).
+    count = 1 if raw_count is None else _integer(raw_count, names.count, who)
+    if count == 0:
+        return None
+    if count < 0:
+        raise ValueError(f"{who}: {names.count} must be at least 1, got {raw_count!r}")
+    memory_mib = None
+    if raw_memory is not None:
+        memory = _integer(raw_memory, str(names.memory), who)
+        if memory < 0:
+            raise ValueError(f"{who}: {names.memory} must be >= 0, got {raw_memory!r}")
+        memory_mib = memory * vendor.memory_unit_mib
+    memory_percent = None
+    if raw_percent is not None:
+        memory_percent = _integer(raw_percent, str(names.memory_percent), who)
+        if not 1 <= memory_percent <= 100:
+            raise ValueError(
+                f"{who}: {names.memory_percent} must be between 1 and 100, got {raw_percent!r}"
+            )
+    if memory_mib is not None and memory_percent is not None:
+        raise ValueError(
+            f"{who}: asks memory both as {names.memory} and as {names.memory_percent}; "
+            "keep one of them"
+        )
+    compute = 0
+    if raw_compute is not None:
+        compute = _integer(raw_compute, str(names.compute), who)
+        if not 0 <= compute <= 100:
+            raise ValueError(
+                f"{who}: {names.compute} is a percent of each device, 0 to 100, got {raw_compute!r}"
+            )
+    domain = names.count.split("/", 1)[0]
+    ann = pod.annotations
+
+    def keys(ours: str, hami: Sequence[str]) -> list[str]:
+        return [ours, *(f"{domain}/{k}" for k in hami)]
+
+    return ContainerRequest(
+        vendor=vendor.name,
+        container=container.name,
+        count=count,
+        memory_mib=memory_mib,
+        memory_percent=memory_percent,
+        compute_percent=compute,
+        exclusive=compute == 100,
+        models_include=_list(ann, keys(USE_MODEL, _HAMI_USE_MODEL)),
+        models_exclude=_list(ann, keys(NOUSE_MODEL, _HAMI_NOUSE_MODEL)),
+        uuids_include=_list(ann, keys(USE_UUID, _HAMI_USE_UUID)),
+        uuids_exclude=_list(ann, keys(NOUSE_UUID, _HAMI_NOUSE_UUID)),
+        numa_bind=_flag(ann, keys(NUMA_BIND, _HAMI_NUMA_BIND), who),
+    )
+
+
+@hookimpl(trylast=True)
+def xpushare_fit(
+    request: ContainerRequest,
+    node: NodeView,
+    usage: Mapping[str, DeviceUsage],
+    device_order: Sequence[str],
+    memory_overcommit: float,
+) -> FitResult:
+    return default_fit(request, node, usage, device_order, memory_overcommit)
+
+
+@hookimpl(trylast=True)
+def xpushare_register_policies(register: Callable[[str, Any], None]) -> None:
+    for name, factory in builtin_policies():
+        register(name, factory)

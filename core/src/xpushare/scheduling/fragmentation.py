@@ -1,0 +1,403 @@
+"""GPU fragmentation for a workload, and the policy that places tasks to keep it low (FGD).
+
+From "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient
+Descent" (Weng et al., USENIX ATC'23). A node's fragmentation for a workload is, summed over
+the workload's task shapes weighted by their frequency, the free device capacity on the node
+that a task of that shape could not use:
+
+* all of it when the task cannot run on the node at all (too few devices it could use, the
+  wrong model, not enough CPU or host memory left);
+* otherwise the free capacity of each device that cannot hold one part of the task: for a
+  fractional task, devices with less free than it needs; for a k-device task of whole
+  devices, devices that are not entirely free.
+
+Capacity is counted in thousandths of a device (:data:`~xpushare.scheduling.state.UNITS`).
+A task that uses no device (CPU only) can use none of it, so for it all free capacity
+counts; the term is the same for every node, which leaves decisions unchanged, as in the
+paper. The FGD policy places each task where fragmentation grows least.
+
+Speed: the part of the measure that depends on devices is memoised per (vendor, table
+signature): nodes in the same state share it, and a fleet has few distinct states. Only the
+host check (CPU and memory left against each shape's) is done per node.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xpushare.scheduling.fit import Pick, PodFit, check_device, fit_demand, fit_pod
+from xpushare.scheduling.policy import Policy
+from xpushare.scheduling.state import (
+    SIG_FREE_COMPUTE,
+    SIG_FREE_MEMORY,
+    SIG_MEMORY,
+    SIG_MODEL,
+    SIG_UNITS,
+    SIG_USABLE,
+    SIG_WHOLE,
+    DeviceState,
+    DeviceTable,
+    NodeState,
+    cached_signature,
+    device_signature,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from xpushare.scheduling.request import Demand, PodRequest
+
+#: Share of the tasks the representative shapes must cover: the FGD simulator's
+#: ``podPopularityThreshold`` of the paper's runs (95 %), taken in order of popularity.
+DEFAULT_COVERAGE = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class TaskShape:
+    """What one kind of task asks: one device demand (or none), CPU and host memory."""
+
+    vendor: str | None
+    key: tuple[Any, ...] | None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    demand: Demand | None = field(default=None, compare=False, hash=False)
+
+    @classmethod
+    def of(cls, request: PodRequest, *, host_memory: bool = False) -> TaskShape:
+        """The shape of a pod: its first app device demand (or init, or none) and CPU.
+
+        Host memory is left out unless asked, as in the paper's typical pods (CPU and
+        GPU only), which keeps the number of shapes small.
+        """
+        demands = request.app or request.init
+        demand = demands[0] if demands else None
+        return cls(
+            vendor=demand.vendor if demand else None,
+            key=demand.key if demand else None,
+            cpu_milli=request.cpu_milli,
+            memory_mib=request.memory_mib if host_memory else 0,
+            demand=demand,
+        )
+
+
+class Workload:
+    """Task shapes and how often each occurs (weights sum to 1)."""
+
+    def __init__(self, shapes: Sequence[TaskShape], weights: Sequence[float]) -> None:
+        if len(shapes) != len(weights):
+            raise ValueError("a workload needs one weight per shape")
+        total = float(sum(weights))
+        if any(w < 0 for w in weights) or (shapes and total <= 0):
+            raise ValueError("workload weights must be >= 0 and not all 0")
+        self.shapes = tuple(shapes)
+        self.weights = tuple(w / total for w in weights) if shapes else ()
+        self.max_cpu = max((s.cpu_milli for s in self.shapes), default=0)
+        self.max_memory = max((s.memory_mib for s in self.shapes), default=0)
+
+    @classmethod
+    def from_counts(
+        cls, counts: Mapping[TaskShape, float], coverage: float = DEFAULT_COVERAGE
+    ) -> Workload:
+        """The most frequent shapes covering *coverage* of all tasks, renormalised."""
+        if not 0 < coverage <= 1:
+            raise ValueError(f"coverage must be in (0, 1], got {coverage}")
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], _order_key(kv[0])))
+        total = sum(counts.values())
+        shapes: list[TaskShape] = []
+        weights: list[float] = []
+        covered = 0.0
+        for shape, n in ranked:
+            if covered >= coverage * total:
+                break
+            shapes.append(shape)
+            weights.append(n)
+            covered += n
+        return cls(shapes, weights)
+
+    @classmethod
+    def from_requests(
+        cls,
+        requests: Iterable[PodRequest],
+        coverage: float = DEFAULT_COVERAGE,
+        *,
+        host_memory: bool = False,
+    ) -> Workload:
+        counts: Counter[TaskShape] = Counter(
+            TaskShape.of(r, host_memory=host_memory) for r in requests
+        )
+        return cls.from_counts(counts, coverage)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def describe(self) -> list[tuple[str, float]]:
+        out = []
+        for s, w in zip(self.shapes, self.weights, strict=True):
+            d = s.demand
+            if d is None:
+                what = "no devices"
+            elif d.exclusive:
+                what = f"{d.count} whole {d.vendor}"
+            else:
+                what = f"{d.count} x {d.memory_percent or d.memory_mib}/{d.compute} {d.vendor}"
+            out.append((f"{what}, {s.cpu_milli / 1000:g} CPU", w))
+        return out
+
+
+def _order_key(shape: TaskShape) -> tuple[Any, ...]:
+    return (shape.cpu_milli, repr(shape.key), shape.memory_mib)
+
+
+def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
+    """Whether a device in state *sig* could hold one part of *demand* (UUIDs ignored)."""
+    if not sig[SIG_USABLE]:
+        return False
+    if (demand.include_models or demand.exclude_models) and not demand.model_allowed(
+        sig[SIG_MODEL]
+    ):
+        return False
+    if demand.exclusive and not sig[SIG_WHOLE]:
+        return False
+    if demand.partition is not None:
+        return False
+    if sig[SIG_FREE_MEMORY] < demand.memory_for(sig[SIG_MEMORY]):
+        return False
+    free_compute: int = sig[SIG_FREE_COMPUTE]
+    if free_compute < demand.compute:
+        return False
+    return not (demand.compute == 0 and free_compute <= 0)
+
+
+class _Vector:
+    """The device-dependent part of a table's fragmentation for every shape."""
+
+    __slots__ = ("fixes", "ok_sum", "total")
+
+    def __init__(self, ok_sum: float, total: int, fixes: list[tuple[int, int, float]]) -> None:
+        #: Fragmentation when the node has CPU and memory for every shape.
+        self.ok_sum = ok_sum
+        #: Free units of the table.
+        self.total = total
+        #: (cpu, memory, extra): add *extra* when the node lacks that CPU or memory.
+        self.fixes = fixes
+
+
+class FragmentationMeter:
+    """Measures fragmentation for one workload, memoised per device-table state."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self._vectors: dict[tuple[str, tuple[Any, ...]], _Vector] = {}
+
+    def vector(self, vendor: str, sig: tuple[tuple[Any, ...], ...]) -> _Vector:
+        key = (vendor, sig)
+        vec = self._vectors.get(key)
+        if vec is not None:
+            return vec
+        total = sum(s[SIG_UNITS] for s in sig)
+        ok_sum = 0.0
+        fixes: list[tuple[int, int, float]] = []
+        for shape, w in zip(self.workload.shapes, self.workload.weights, strict=True):
+            demand = shape.demand
+            if demand is None or shape.vendor != vendor:
+                ok_sum += w * total
+                continue
+            usable = 0
+            stuck = 0
+            for s in sig:
+                if sig_can_host(s, demand):
+                    usable += 1
+                else:
+                    stuck += s[SIG_UNITS]
+            if usable < demand.count:
+                ok_sum += w * total
+                continue
+            ok_sum += w * stuck
+            if (shape.cpu_milli or shape.memory_mib) and total > stuck:
+                fixes.append((shape.cpu_milli, shape.memory_mib, w * (total - stuck)))
+        vec = _Vector(ok_sum, total, fixes)
+        self._vectors[key] = vec
+        return vec
+
+    def table_frag(
+        self,
+        vendor: str,
+        sig: tuple[tuple[Any, ...], ...],
+        cpu_free: int | None,
+        memory_free: int | None,
+    ) -> float:
+        vec = self.vector(vendor, sig)
+        frag = vec.ok_sum
+        if vec.fixes and (
+            (cpu_free is not None and cpu_free < self.workload.max_cpu)
+            or (memory_free is not None and memory_free < self.workload.max_memory)
+        ):
+            for cpu, memory, extra in vec.fixes:
+                if (cpu_free is not None and cpu > cpu_free) or (
+                    memory_free is not None and memory > memory_free
+                ):
+                    frag += extra
+        return frag
+
+    def node_frag(self, node: NodeState) -> float:
+        """Fragmentation of *node* now, in units (thousandths of a device)."""
+        cpu, mem = node.cpu_free, node.memory_free
+        return sum(
+            self.table_frag(vendor, table.state_signature(), cpu, mem)
+            for vendor, table in node.tables.items()
+        )
+
+    def frag_after(
+        self,
+        node: NodeState,
+        picks: Sequence[tuple[DeviceTable, Sequence[Pick]]],
+        cpu_milli: int,
+        memory_mib: int,
+    ) -> float:
+        """Fragmentation of *node* if *picks* were booked and the host resources taken."""
+        cpu = None if node.cpu_free is None else node.cpu_free - cpu_milli
+        mem = None if node.memory_free is None else node.memory_free - memory_mib
+        changed = {id(t): sig_after(t, p) for t, p in picks}
+        return sum(
+            self.table_frag(vendor, changed.get(id(table)) or table.state_signature(), cpu, mem)
+            for vendor, table in node.tables.items()
+        )
+
+
+def sig_after(table: DeviceTable, picks: Sequence[Pick]) -> tuple[tuple[Any, ...], ...]:
+    """The signature *table* would have with *picks* booked (the table is left as it was)."""
+    touched: dict[int, DeviceState] = {}
+    for d, memory, compute, exclusive, _ in picks:
+        d.used_slots += 1
+        d.used_memory += memory
+        d.used_compute += compute
+        d.exclusive += 1 if exclusive else 0
+        touched[id(d)] = d
+    try:
+        new = {key: device_signature(d) for key, d in touched.items()}
+    finally:
+        for d, memory, compute, exclusive, _ in picks:
+            d.used_slots -= 1
+            d.used_memory -= memory
+            d.used_compute -= compute
+            d.exclusive -= 1 if exclusive else 0
+    return tuple(sorted(new.get(id(d)) or cached_signature(d) for d in table.devices))
+
+
+class FragmentationPolicy(Policy):
+    """FGD: place each task where the fleet's fragmentation grows least.
+
+    ``workload`` gives the task shapes and their frequencies. Without one, the policy learns
+    it from the pods it is asked about (``observe``), refreshing its shapes each time the
+    number of pods seen doubles, so an extender needs no configuration.
+    """
+
+    name = "fgd"
+    description = "least growth of fragmentation (FGD, ATC'23)"
+
+    def __init__(
+        self, workload: Workload | None = None, coverage: float = DEFAULT_COVERAGE
+    ) -> None:
+        self.coverage = coverage
+        self._learn = workload is None
+        self._seen: Counter[TaskShape] = Counter()
+        self._next_refresh = 1
+        self._set(workload or Workload([], []))
+
+    # -- workload ----------------------------------------------------------------------------
+
+    def _set(self, workload: Workload) -> None:
+        self.workload = workload
+        self.meter = FragmentationMeter(workload)
+        # Node memos are keyed by this token, so answers from an older workload are unused.
+        self._token = object()
+
+    def set_workload(self, workload: Workload) -> None:
+        self._learn = False
+        self._set(workload)
+
+    def observe(self, request: PodRequest) -> None:
+        if not self._learn:
+            return
+        self._seen[TaskShape.of(request)] += 1
+        n = sum(self._seen.values())
+        if n >= self._next_refresh:
+            self._next_refresh = n * 2
+            self._set(Workload.from_counts(self._seen, self.coverage))
+
+    # -- measure -----------------------------------------------------------------------------
+
+    def node_frag(self, node: NodeState) -> float:
+        key = (self._token, "F")
+        frag = node.memo.get(key)
+        if frag is None:
+            frag = node.memo[key] = self.meter.node_frag(node)
+        return float(frag)
+
+    def best(self, node: NodeState, request: PodRequest) -> tuple[float, list[Pick] | None]:
+        """(growth of fragmentation, the picks) of the best placement of *request* on *node*.
+
+        The picks are those of a single-demand pod (the common case, chosen device by
+        device); for other pods the growth is that of the engine's default picks and the
+        picks are ``None``.
+        """
+        key = (self._token, request.key)
+        hit = node.memo.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        result = self._best(node, request)
+        node.memo[key] = result
+        return result
+
+    def _best(self, node: NodeState, request: PodRequest) -> tuple[float, list[Pick] | None]:
+        before = self.node_frag(node)
+        cpu, mem = request.cpu_milli, request.memory_mib
+        demands = request.demands
+        if len(demands) == 1 and not demands[0].init:
+            demand = demands[0]
+            table = node.tables[demand.vendor]
+            candidates: dict[tuple[Any, ...], Pick] = {}
+            for d in table.devices:
+                result = check_device(d, demand, None)
+                if type(result) is tuple:
+                    candidates.setdefault(cached_signature(d), result)
+            if demand.count == 1:
+                best: tuple[float, list[Pick] | None] = (float("inf"), None)
+                for pick in candidates.values():
+                    delta = self.meter.frag_after(node, [(table, [pick])], cpu, mem) - before
+                    if delta < best[0]:
+                        best = (delta, [pick])
+                return best
+            ranked = sorted(
+                candidates.values(),
+                key=lambda p: self.meter.frag_after(node, [(table, [p])], cpu, mem),
+            )
+            preferred = [p[0] for p in ranked]
+            order = preferred + [d for d in table.devices if d not in preferred]
+            picks, _ = fit_demand(table, demand, order)
+            if picks is None:
+                return (float("inf"), None)
+            return (self.meter.frag_after(node, [(table, picks)], cpu, mem) - before, picks)
+        fit = fit_pod(node, request)
+        if not fit.fits:
+            return (float("inf"), None)
+        by_table: dict[str, list[Pick]] = {}
+        for demand, picks in fit.picks:
+            by_table.setdefault(demand.vendor, []).extend(picks)
+        after = self.meter.frag_after(
+            node, [(node.tables[v], p) for v, p in by_table.items()], cpu, mem
+        )
+        return (after - before, None)
+
+    # -- policy ------------------------------------------------------------------------------
+
+    def score(self, node: NodeState, request: PodRequest) -> float:
+        return -self.best(node, request)[0]
+
+    def place(self, node: NodeState, request: PodRequest) -> PodFit | None:
+        _, picks = self.best(node, request)
+        if picks is None:
+            return None
+        return PodFit(True, picks=[(request.demands[0], picks)])

@@ -1,0 +1,417 @@
+"""The usage ledger: what is allocated on every node and device, kept up to date in place.
+
+It is the single source of device usage for the extender and the simulator (DESIGN.md §7):
+node inventories come in from the node agents' annotations, pod assignments from pod watch
+events (and from the extender's own decisions, as reservations, so two concurrent pods can
+never get the same slice). Adding or removing a pod touches only the devices it uses and the
+summaries of their tables; nothing is ever rebuilt per decision. ``recount`` rebuilds the
+whole state from scratch, for tests and self-checks.
+
+A pod's usage of a device is collapsed as in HAMi (hami-protocol.md §1.8): init containers
+run before the app containers and one at a time, so a device costs the larger of the
+largest init container and the sum of the app containers; a share slot is taken per app
+container on it (one if only init containers use it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from xpushare.models import Device, DeviceUsage, NodeView, PodAssignment
+from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one pod books on one device."""
+
+    vendor: str
+    device_id: str
+    slots: int
+    memory: int
+    compute: int
+    exclusive: bool
+    partitions: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class PodEntry:
+    """One pod in the ledger: its node, its charges, its host resources."""
+
+    key: str
+    node: str
+    assignment: PodAssignment | None
+    charges: tuple[Charge, ...]
+    cpu_milli: int
+    memory_mib: int
+    reserved: bool
+
+
+def charges_of(assignment: PodAssignment) -> tuple[Charge, ...]:
+    """The collapsed per-device usage of a pod's assignment (init peak vs app sum)."""
+    app: dict[tuple[str, str], list[Any]] = {}
+    init: dict[tuple[str, str], list[Any]] = {}
+    for container in assignment.containers:
+        target = init if container.init else app
+        for s in container.devices:
+            e = target.setdefault((container.vendor, s.device_id), [0, 0, 0, False, []])
+            if container.init:
+                e[0] = 1
+                e[1] = max(e[1], s.memory_mib)
+                e[2] = max(e[2], s.compute_percent)
+            else:
+                e[0] += 1
+                e[1] += s.memory_mib
+                e[2] += s.compute_percent
+            e[3] = e[3] or s.exclusive
+            if s.partition:
+                e[4].append(s.partition)
+    out = []
+    for key in sorted(set(app) | set(init)):
+        a = app.get(key)
+        i = init.get(key)
+        if a is None:
+            assert i is not None
+            slots, memory, compute, exclusive, parts = i
+        else:
+            slots, memory, compute = a[0], a[1], a[2]
+            exclusive, parts = a[3], a[4]
+            if i is not None:
+                memory = max(memory, i[1])
+                compute = max(compute, i[2])
+                exclusive = exclusive or i[3]
+        out.append(Charge(key[0], key[1], slots, memory, compute, exclusive, tuple(sorted(parts))))
+    return tuple(out)
+
+
+class UsageLedger:
+    """Nodes, their devices, and every pod's usage of them, updated incrementally.
+
+    ``memory_overcommit`` and ``compute_overcommit`` give, per vendor name, how far device
+    memory and compute may be over-booked (HAMi's ``deviceMemoryScaling`` and
+    ``deviceCoreScaling``, hami-protocol.md §3.8); the key ``"*"`` sets the default.
+    """
+
+    def __init__(
+        self,
+        *,
+        memory_overcommit: Mapping[str, float] | None = None,
+        compute_overcommit: Mapping[str, float] | None = None,
+    ) -> None:
+        self._memory_oc = dict(memory_overcommit or {})
+        self._compute_oc = dict(compute_overcommit or {})
+        for name, factors in (("memory", self._memory_oc), ("compute", self._compute_oc)):
+            for vendor, factor in factors.items():
+                if not factor > 0:
+                    raise ValueError(
+                        f"{name} over-commit for vendor {vendor!r} must be > 0, got {factor}"
+                    )
+        self._nodes: dict[str, NodeState] = {}
+        self._inventory: dict[str, dict[str, tuple[Device, ...]]] = {}
+        self._entries: dict[str, PodEntry] = {}
+        self._clock = 0
+        self._next_index = 0
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def memory_overcommit(self, vendor: str) -> float:
+        return self._memory_oc.get(vendor, self._memory_oc.get("*", 1.0))
+
+    def compute_overcommit(self, vendor: str) -> float:
+        return self._compute_oc.get(vendor, self._compute_oc.get("*", 1.0))
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> Mapping[str, NodeState]:
+        return self._nodes
+
+    def node(self, name: str) -> NodeState | None:
+        return self._nodes.get(name)
+
+    def entry(self, key: str) -> PodEntry | None:
+        return self._entries.get(key)
+
+    def entries(self) -> Iterator[PodEntry]:
+        return iter(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def devices(self, node: str, vendor: str | None = None) -> tuple[Device, ...]:
+        """The inventory of *node* (of one vendor, or all)."""
+        inv = self._inventory.get(node, {})
+        if vendor is not None:
+            return inv.get(vendor, ())
+        return tuple(d for devices in inv.values() for d in devices)
+
+    def node_view(self, node: str, vendor: str) -> NodeView:
+        """The node as a vendor's scheduler-side hooks see it: that vendor's devices only."""
+        state = self._nodes.get(node)
+        return NodeView(
+            name=node,
+            devices=self.devices(node, vendor),
+            labels=dict(state.labels) if state else {},
+        )
+
+    def device_usage(self, node: str, vendor: str) -> dict[str, DeviceUsage]:
+        """Allocated share per device id of *vendor* on *node*, as hooks receive it."""
+        state = self._nodes.get(node)
+        if state is None:
+            return {}
+        table = state.tables.get(vendor)
+        out = {d.id: d.to_usage() for d in table.devices} if table else {}
+        for (v, device_id), o in state.orphans.items():
+            if v == vendor and device_id not in out:
+                out[device_id] = DeviceUsage(
+                    device_id=device_id,
+                    used_slots=o[0],
+                    used_memory_mib=o[1],
+                    used_compute_percent=o[2],
+                    exclusive=o[3] > 0,
+                )
+        return out
+
+    # -- inventory ---------------------------------------------------------------------------
+
+    def set_node(
+        self,
+        name: str,
+        devices: Iterable[Device] = (),
+        *,
+        cpu_milli: int | None = None,
+        memory_mib: int | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> NodeState:
+        """Register or replace a node's inventory; its pods' usage is counted again on it.
+
+        ``cpu_milli`` and ``memory_mib`` are the node's allocatable host resources (``None``:
+        not checked here, e.g. because kube-scheduler checks them itself). Costs O(devices +
+        pods on the node).
+        """
+        by_vendor: dict[str, list[Device]] = {}
+        for device in devices:
+            by_vendor.setdefault(device.vendor, []).append(device)
+        state = self._nodes.get(name)
+        if state is None:
+            state = NodeState(name, self._next_index)
+            self._next_index += 1
+            self._nodes[name] = state
+        state.cpu_alloc = cpu_milli
+        state.memory_alloc = memory_mib
+        state.labels = dict(labels or {})
+        self._inventory[name] = {v: tuple(ds) for v, ds in by_vendor.items()}
+        state.tables = {
+            vendor: DeviceTable(
+                vendor,
+                [
+                    DeviceState.from_device(
+                        d, self.memory_overcommit(vendor), self.compute_overcommit(vendor)
+                    )
+                    for d in ds
+                ],
+            )
+            for vendor, ds in by_vendor.items()
+        }
+        state.orphans = {}
+        state.cpu_used = 0
+        state.memory_used = 0
+        for key in sorted(state.pods):
+            self._apply(state, self._entries[key], +1, refresh=False)
+        for table in state.tables.values():
+            table.refresh()
+        self._bump(state)
+        return state
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node's inventory; its pods stay and count again if it comes back."""
+        state = self._nodes.get(name)
+        if state is None:
+            return
+        if state.pods:
+            # Keep a bare placeholder that still holds the pods' usage as orphans.
+            self.set_node(name, ())
+        else:
+            del self._nodes[name]
+        self._inventory.pop(name, None)
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def add(
+        self,
+        key: str,
+        assignment: PodAssignment | None,
+        *,
+        node: str | None = None,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+        reserved: bool = False,
+    ) -> PodEntry:
+        """Count a pod's usage (replacing what was counted for *key* before).
+
+        *assignment* ``None`` records a pod without devices (host resources only) on *node*.
+        Costs O(devices of the pod).
+        """
+        if assignment is not None:
+            node = assignment.node
+        if node is None:
+            raise ValueError(f"pod {key}: an entry without an assignment needs a node name")
+        if key in self._entries:
+            self.remove(key)
+        entry = PodEntry(
+            key=key,
+            node=node,
+            assignment=assignment,
+            charges=charges_of(assignment) if assignment is not None else (),
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
+            reserved=reserved,
+        )
+        state = self._nodes.get(node)
+        if state is None:
+            # A pod seen before its node's inventory: hold its usage until the node comes.
+            state = NodeState(node, self._next_index)
+            self._next_index += 1
+            self._nodes[node] = state
+        self._entries[key] = entry
+        state.pods.add(key)
+        self._apply(state, entry, +1)
+        return entry
+
+    def remove(self, key: str) -> bool:
+        """Stop counting a pod; ``False`` if it was not counted. O(devices of the pod)."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return False
+        state = self._nodes[entry.node]
+        state.pods.discard(key)
+        self._apply(state, entry, -1)
+        if not state.pods and entry.node not in self._inventory:
+            del self._nodes[entry.node]
+        return True
+
+    def reserve(
+        self, key: str, assignment: PodAssignment, *, cpu_milli: int = 0, memory_mib: int = 0
+    ) -> PodEntry:
+        """Count a decision not yet bound: it is used from now on, until released or bound."""
+        return self.add(key, assignment, cpu_milli=cpu_milli, memory_mib=memory_mib, reserved=True)
+
+    def release(self, key: str) -> bool:
+        """Drop a reservation (the bind failed or was abandoned); a bound pod stays."""
+        entry = self._entries.get(key)
+        if entry is None or not entry.reserved:
+            return False
+        return self.remove(key)
+
+    def confirm(self, key: str) -> bool:
+        """A reservation became a bound pod; its usage does not change."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return False
+        entry.reserved = False
+        return True
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _apply(self, state: NodeState, entry: PodEntry, sign: int, *, refresh: bool = True) -> None:
+        state.cpu_used += sign * entry.cpu_milli
+        state.memory_used += sign * entry.memory_mib
+        touched: list[DeviceTable] = []
+        for c in entry.charges:
+            table = state.tables.get(c.vendor)
+            d = table.by_id.get(c.device_id) if table is not None else None
+            if d is None or table is None:
+                o = state.orphans.setdefault((c.vendor, c.device_id), [0, 0, 0, 0])
+                o[0] += sign * c.slots
+                o[1] += sign * c.memory
+                o[2] += sign * c.compute
+                o[3] += sign * (1 if c.exclusive else 0)
+                if not any(o):
+                    del state.orphans[(c.vendor, c.device_id)]
+                continue
+            d.sig = None
+            d.used_slots += sign * c.slots
+            d.used_memory += sign * c.memory
+            d.used_compute += sign * c.compute
+            if c.exclusive:
+                d.exclusive += sign
+            for p in c.partitions:
+                d.partitions_used[p] += sign
+                if d.partitions_used[p] <= 0:
+                    del d.partitions_used[p]
+            if table not in touched:
+                touched.append(table)
+        if refresh:
+            for table in touched:
+                table.refresh()
+            self._bump(state)
+
+    def _bump(self, state: NodeState) -> None:
+        self._clock += 1
+        state.version = self._clock
+        state.memo = {}
+
+    # -- whole-state views (tests, self-checks, `xpushare fit`) --------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything counted, as plain data: equal for equal states."""
+        out: dict[str, Any] = {}
+        for name, state in sorted(self._nodes.items()):
+            devices = {
+                (vendor, d.id): d.usage_key()
+                for vendor, table in state.tables.items()
+                for d in table.devices
+            }
+            summaries = {
+                vendor: (
+                    t.n_healthy,
+                    t.n_usable,
+                    t.n_whole_free,
+                    t.max_free_memory,
+                    t.max_free_compute,
+                    t.slots_used,
+                    t.mem_used,
+                    t.compute_used,
+                    t.units_free,
+                )
+                for vendor, t in state.tables.items()
+            }
+            out[name] = {
+                "cpu_used": state.cpu_used,
+                "memory_used": state.memory_used,
+                "devices": devices,
+                "summaries": summaries,
+                "orphans": {k: tuple(v) for k, v in sorted(state.orphans.items())},
+                "pods": sorted(state.pods),
+            }
+        return out
+
+    def recount(self) -> dict[str, Any]:
+        """The snapshot of a ledger rebuilt from scratch from the inventories and entries."""
+        fresh = UsageLedger(memory_overcommit=self._memory_oc, compute_overcommit=self._compute_oc)
+        for name, state in self._nodes.items():
+            if name in self._inventory:
+                fresh.set_node(
+                    name,
+                    self.devices(name),
+                    cpu_milli=state.cpu_alloc,
+                    memory_mib=state.memory_alloc,
+                    labels=state.labels,
+                )
+        for entry in self._entries.values():
+            fresh.add(
+                entry.key,
+                entry.assignment,
+                node=entry.node,
+                cpu_milli=entry.cpu_milli,
+                memory_mib=entry.memory_mib,
+                reserved=entry.reserved,
+            )
+        return fresh.snapshot()

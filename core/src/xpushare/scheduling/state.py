@@ -1,0 +1,322 @@
+"""The scheduler's working state of nodes and devices, in plain mutable objects.
+
+Why not the pydantic models: ``/filter`` and the simulator look at every candidate node for
+every pod (10 million node evaluations for one replay of the openb trace), and building or
+copying a frozen model costs microseconds each. These slotted objects hold the same facts
+(:class:`~xpushare.models.Device` for the inventory, :class:`~xpushare.models.DeviceUsage`
+for what is allocated), are changed in place by the usage ledger only, and carry per-table
+summaries so most nodes are accepted or rejected without looking at their devices.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from xpushare.models import Device, DeviceUsage
+
+#: Device capacity is measured in thousandths of a device for fragmentation and scoring, the
+#: unit of the openb trace's ``gpu_milli`` (FGD, USENIX ATC'23).
+UNITS = 1000
+
+
+@dataclass(slots=True, eq=False)
+class DeviceState:
+    """One device: its inventory facts and what is allocated on it now."""
+
+    id: str
+    index: int
+    model: str
+    model_key: str  # upper-cased model, for case-insensitive include/exclude matching
+    numa: int | None
+    healthy: bool
+    memory_mib: int  # physical memory: percent requests resolve against it
+    memory_cap: int  # memory that may be booked: physical x memory over-commit
+    compute_cap: int  # compute percent that may be booked: 100 x compute over-commit
+    slots: int
+    partitions: dict[str, tuple[int, int, int]]  # profile -> (memory, compute, max count)
+    used_slots: int = 0
+    used_memory: int = 0
+    used_compute: int = 0
+    exclusive: int = 0  # number of containers holding the device exclusively
+    partitions_used: Counter[str] = field(default_factory=Counter)
+    sig: tuple[Any, ...] | None = None  # cached device_signature; None after a change
+
+    @classmethod
+    def from_device(
+        cls, device: Device, memory_overcommit: float = 1.0, compute_overcommit: float = 1.0
+    ) -> DeviceState:
+        return cls(
+            id=device.id,
+            index=device.index,
+            model=device.model,
+            model_key=device.model.upper(),
+            numa=device.numa_node,
+            healthy=device.healthy,
+            memory_mib=device.memory_mib,
+            memory_cap=int(device.memory_mib * memory_overcommit),
+            compute_cap=int(100 * compute_overcommit),
+            slots=device.share_slots,
+            partitions={
+                p.name: (p.memory_mib, p.compute_percent, p.max_count) for p in device.partitions
+            },
+        )
+
+    @property
+    def usable(self) -> bool:
+        """Whether a new container could be put here at all (health, exclusivity, slots)."""
+        return self.healthy and not self.exclusive and self.used_slots < self.slots
+
+    def free_units(self) -> int:
+        """Free capacity in thousandths of the device: the scarcer of memory and compute.
+
+        An unhealthy device has none (it is not capacity); a device whose share slots are all
+        taken or that is held exclusively keeps its leftover, which nobody can use: that is
+        exactly what the fragmentation measure counts.
+        """
+        if not self.healthy:
+            return 0
+        free_compute = self.compute_cap - self.used_compute
+        units = UNITS * free_compute // self.compute_cap if self.compute_cap > 0 else UNITS
+        if self.memory_cap > 0:
+            units = min(units, UNITS * (self.memory_cap - self.used_memory) // self.memory_cap)
+        return max(0, min(UNITS, units))
+
+    def to_usage(self) -> DeviceUsage:
+        parts: list[str] = []
+        for name, n in sorted(self.partitions_used.items()):
+            parts.extend([name] * n)
+        return DeviceUsage(
+            device_id=self.id,
+            used_slots=self.used_slots,
+            used_memory_mib=self.used_memory,
+            used_compute_percent=self.used_compute,
+            exclusive=self.exclusive > 0,
+            partitions_in_use=tuple(parts),
+        )
+
+    def usage_key(self) -> tuple[int, int, int, int, tuple[tuple[str, int], ...]]:
+        return (
+            self.used_slots,
+            self.used_memory,
+            self.used_compute,
+            self.exclusive,
+            tuple(sorted((k, v) for k, v in self.partitions_used.items() if v)),
+        )
+
+
+class DeviceTable:
+    """The devices of one vendor on one node, with summaries for O(1) accept/reject.
+
+    The summaries are recomputed by :meth:`refresh` after every change (O(devices)); the
+    usage ledger is the only writer.
+    """
+
+    __slots__ = (
+        "by_id",
+        "compute_cap_total",
+        "compute_used",
+        "devices",
+        "max_free_compute",
+        "max_free_memory",
+        "mem_cap_total",
+        "mem_used",
+        "n_healthy",
+        "n_usable",
+        "n_whole_free",
+        "signature",
+        "slots_total",
+        "slots_used",
+        "uniform_memory",
+        "units_free",
+        "units_total",
+        "vendor",
+    )
+
+    def __init__(self, vendor: str, devices: list[DeviceState]) -> None:
+        self.vendor = vendor
+        self.devices = sorted(devices, key=lambda d: (d.index, d.id))
+        self.by_id = {d.id: d for d in self.devices}
+        memories = {d.memory_mib for d in self.devices}
+        #: Physical memory of every device when they all have the same, else ``None``: lets a
+        #: percent request be checked against the summary without a device scan.
+        self.uniform_memory: int | None = memories.pop() if len(memories) == 1 else None
+        self.n_healthy = 0
+        self.n_usable = 0
+        self.n_whole_free = 0
+        self.max_free_memory = 0
+        self.max_free_compute = 0
+        self.slots_total = 0
+        self.slots_used = 0
+        self.mem_cap_total = 0
+        self.mem_used = 0
+        self.compute_cap_total = 0
+        self.compute_used = 0
+        self.units_free = 0
+        self.units_total = 0
+        self.signature: tuple[Any, ...] | None = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the summaries from the devices; called after every change."""
+        n_healthy = n_usable = n_whole = 0
+        max_mem = max_compute = 0
+        slots_total = slots_used = mem_cap = mem_used = c_cap = c_used = 0
+        units_free = units_total = 0
+        for d in self.devices:
+            slots_total += d.slots
+            slots_used += d.used_slots
+            mem_cap += d.memory_cap
+            mem_used += d.used_memory
+            c_cap += d.compute_cap
+            c_used += d.used_compute
+            if not d.healthy:
+                continue
+            n_healthy += 1
+            units_total += UNITS
+            units_free += d.free_units()
+            if d.exclusive or d.used_slots >= d.slots:
+                continue
+            n_usable += 1
+            if d.used_slots == 0:
+                n_whole += 1
+            free_mem = d.memory_cap - d.used_memory
+            free_compute = d.compute_cap - d.used_compute
+            if free_mem > max_mem:
+                max_mem = free_mem
+            if free_compute > max_compute:
+                max_compute = free_compute
+        self.n_healthy = n_healthy
+        self.n_usable = n_usable
+        self.n_whole_free = n_whole
+        self.max_free_memory = max_mem
+        self.max_free_compute = max_compute
+        self.slots_total = slots_total
+        self.slots_used = slots_used
+        self.mem_cap_total = mem_cap
+        self.mem_used = mem_used
+        self.compute_cap_total = c_cap
+        self.compute_used = c_used
+        self.units_free = units_free
+        self.units_total = units_total
+        self.signature = None
+
+    def usage_share(self) -> float:
+        """How full the table is in [0, 1]: mean of the slot, compute and memory shares.
+
+        HAMi's generic node score uses the same three ratios (hami-protocol.md §3.6).
+        """
+        parts = []
+        if self.slots_total:
+            parts.append(self.slots_used / self.slots_total)
+        if self.compute_cap_total:
+            parts.append(self.compute_used / self.compute_cap_total)
+        if self.mem_cap_total:
+            parts.append(self.mem_used / self.mem_cap_total)
+        return min(1.0, sum(parts) / len(parts)) if parts else 0.0
+
+    def state_signature(self) -> tuple[Any, ...]:
+        """A hashable summary equal for tables on which every request behaves the same.
+
+        Devices are sorted, so two nodes with the same devices in the same state but in a
+        different order share a signature; the fragmentation measure is memoised on it.
+        """
+        sig = self.signature
+        if sig is None:
+            sig = tuple(sorted(cached_signature(d) for d in self.devices))
+            self.signature = sig
+        return sig
+
+
+#: Positions in a device signature (see :func:`device_signature`).
+SIG_MODEL, SIG_MEMORY, SIG_FREE_MEMORY, SIG_FREE_COMPUTE, SIG_WHOLE, SIG_USABLE, SIG_UNITS = range(
+    7
+)
+
+
+def device_signature(d: DeviceState) -> tuple[Any, ...]:
+    """What decides whether a request fits one device, and how much of it is free.
+
+    (model, physical MiB, free MiB, free compute, entirely free, usable, free units,
+    memory capacity, compute capacity, NUMA node).
+    """
+    return (
+        d.model_key,
+        d.memory_mib,
+        d.memory_cap - d.used_memory,
+        d.compute_cap - d.used_compute,
+        d.used_slots == 0 and not d.exclusive,
+        d.healthy and not d.exclusive and d.used_slots < d.slots,
+        d.free_units(),
+        d.memory_cap,
+        d.compute_cap,
+        -1 if d.numa is None else d.numa,
+    )
+
+
+def cached_signature(d: DeviceState) -> tuple[Any, ...]:
+    sig = d.sig
+    if sig is None:
+        sig = d.sig = device_signature(d)
+    return sig
+
+
+class NodeState:
+    """One node: host resources and a device table per vendor.
+
+    ``version`` changes on every change to the node, and ``memo`` is replaced with it: the
+    placement engine keeps per-node answers there (fit and score of one request shape),
+    which therefore never outlive the state they were computed from.
+    """
+
+    __slots__ = (
+        "cpu_alloc",
+        "cpu_used",
+        "index",
+        "labels",
+        "memo",
+        "memory_alloc",
+        "memory_used",
+        "name",
+        "orphans",
+        "pods",
+        "tables",
+        "version",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        index: int,
+        *,
+        cpu_alloc: int | None = None,
+        memory_alloc: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        #: Position in the ledger (order of registration): a stable tie-break.
+        self.index = index
+        self.cpu_alloc = cpu_alloc
+        self.memory_alloc = memory_alloc
+        self.cpu_used = 0
+        self.memory_used = 0
+        self.labels = labels or {}
+        self.tables: dict[str, DeviceTable] = {}
+        self.pods: set[str] = set()
+        #: Usage charged to devices this node does not (or no longer) report, per
+        #: (vendor, device id): kept so it is counted again if the device comes back.
+        self.orphans: dict[tuple[str, str], list[int]] = {}
+        self.version = 0
+        self.memo: dict[Any, Any] = {}
+
+    @property
+    def cpu_free(self) -> int | None:
+        return None if self.cpu_alloc is None else self.cpu_alloc - self.cpu_used
+
+    @property
+    def memory_free(self) -> int | None:
+        return None if self.memory_alloc is None else self.memory_alloc - self.memory_used
+
+    def table(self, vendor: str) -> DeviceTable | None:
+        return self.tables.get(vendor)
