@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _opts(name: str) -> dict[str, object]:
-    opts: dict[str, object] = getattr(getattr(hookspecs, name), "xpushare_spec")
+    opts: dict[str, object] = getattr(hookspecs, name).xpushare_spec
     return opts
 
 
@@ -41,7 +41,7 @@ def test_there_are_hooks_for_the_whole_contract() -> None:
 @pytest.mark.parametrize("name", HOOKS)
 def test_hook_is_typed_and_documented(name: str) -> None:
     fn = getattr(hookspecs, name)
-    doc = inspect.getdoc(fn) or ""
+    doc = " ".join((inspect.getdoc(fn) or "").split())
     assert len(doc) > 150, f"{name}: document when it is called, on which thread, what None means"
     assert "Called" in doc, f"{name}: say when and by whom it is called"
     assert "thread" in doc, f"{name}: say on which thread it runs"
@@ -65,6 +65,6 @@ def test_hook_is_exercised_by_a_test(name: str) -> None:
         "xpushare_vendor": ("xpushare_vendor",),
         "xpushare_register_policies": ("call_register_policies", "xpushare_register_policies"),
     }.get(name, (name, f".{short}(", f".a{short}("))
-    assert any(
-        any(c in p.read_text() for c in callers) for p in test_files
-    ), f"no test calls {name}"
+    assert any(any(c in p.read_text() for c in callers) for p in test_files), (
+        f"no test calls {name}"
+    )

@@ -256,9 +256,7 @@ def xpushare_score(
 
 
 @hookspec(firstresult=True)
-def xpushare_patch_annotations(
-    pod: PodView, assignment: PodAssignment
-) -> Mapping[str, str] | None:
+def xpushare_patch_annotations(pod: PodView, assignment: PodAssignment) -> Mapping[str, str] | None:
     """Extra pod annotations this vendor needs written at bind (e.g. HAMi-compatible keys).
 
     Called by the extender's ``/bind`` once per vendor of the pod, on the caller's thread,

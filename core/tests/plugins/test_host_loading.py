@@ -11,8 +11,8 @@ from xpushare import API_VERSION, PluginError, hookimpl
 from xpushare.models import ResourceNames, VendorSpec
 from xpushare.plugins import HostSettings, PluginHost, PluginKind, PluginState
 from xpushare.plugins.builtin import CORE_PLUGINS
-
-from .fakes import Vendor, spec
+from xpushare.testing.stubs import StubVendor as Vendor
+from xpushare.testing.stubs import stub_spec as spec
 
 
 def host(**settings: Any) -> PluginHost:
@@ -54,8 +54,8 @@ def test_wrong_api_version_is_refused_with_both_versions() -> None:
 
 def test_resource_name_taken_names_the_owner() -> None:
     h = host()
-    h.register("first", Vendor("first", vendor_spec=spec("first", prefix="shared.io")))
-    second = h.register("second", Vendor("second", vendor_spec=spec("second", prefix="shared.io")))
+    h.register("first", Vendor("first", vendor_spec=spec("first", domain="shared.io")))
+    second = h.register("second", Vendor("second", vendor_spec=spec("second", domain="shared.io")))
     assert second.state is PluginState.FAILED
     assert "shared.io/gpu" in (second.error or "") and "'first'" in (second.error or "")
     assert set(h.vendors) == {"first"}
@@ -141,9 +141,7 @@ def test_trace_switch_logs_hook_calls(caplog: pytest.LogCaptureFixture) -> None:
     h = host(trace=True)
     h.register("acme", Vendor("acme"))
     with caplog.at_level(logging.WARNING):
-        h.vendor("acme").score(
-            request=_request("acme"), node=_node(), fit=_fit(), usage={}
-        )
+        h.vendor("acme").score(request=_request("acme"), node=_node(), fit=_fit(), usage={})
     assert any("xpushare_score" in m for m in caplog.messages)
 
 

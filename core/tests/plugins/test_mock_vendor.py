@@ -88,6 +88,8 @@ def test_health_follows_the_file(handle: VendorHandle, tmp_path: Path) -> None:
 
 
 def test_bad_file_is_inactive_with_the_reason(handle: VendorHandle, tmp_path: Path) -> None:
-    (tmp_path / "devices.json").write_text('{"devices": [{"model": "A", "memory_mib": 1, "colour": "red"}]}')
+    (tmp_path / "devices.json").write_text(
+        '{"devices": [{"model": "A", "memory_mib": 1, "colour": "red"}]}'
+    )
     with pytest.raises(VendorUnavailable, match="allowed keys"):
         handle.startup()

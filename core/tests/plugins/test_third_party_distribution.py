@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ACME = '''
+ACME = """
 from xpushare import API_VERSION, hookimpl
 from xpushare.models import Device, ResourceNames, VendorSpec
 
@@ -33,7 +33,7 @@ def xpushare_startup(ctx):
 @hookimpl
 def xpushare_detect(ctx):
     return [Device(vendor="acme", id="ACME-0", index=0, model="Acme N1", memory_mib=4096)]
-'''
+"""
 
 BROKEN = """
 raise ImportError("libbroken.so.1: cannot open shared object file")
@@ -123,7 +123,11 @@ def test_broken_vendor_is_failed_and_the_others_still_work(site: Path) -> None:
     detect = _xpushare(site, "detect", "--json", XPUSHARE_MOCK_DEVICES="2x T4-16GB")
     assert detect.returncode == 0, detect.stderr
     payload = json.loads(detect.stdout)
-    assert [d["id"] for d in payload["devices"]] == ["ACME-0", f"MOCK-{os.uname().nodename}-0", f"MOCK-{os.uname().nodename}-1"]
+    assert [d["id"] for d in payload["devices"]] == [
+        "ACME-0",
+        f"MOCK-{os.uname().nodename}-0",
+        f"MOCK-{os.uname().nodename}-1",
+    ]
     states = {v["vendor"]: v["state"] for v in payload["vendors"]}
     assert states == {"acme": "active", "mock": "active"}
 

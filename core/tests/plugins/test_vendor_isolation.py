@@ -24,8 +24,7 @@ from xpushare.models import (
 )
 from xpushare.plugins import HostSettings, PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
-
-from .fakes import Vendor
+from xpushare.testing.stubs import StubVendor as Vendor
 
 
 class Broken(Vendor):
@@ -126,7 +125,7 @@ POD = PodView(ref=PodRef(name="p"), containers=(ContainerView(name="c"),))
 
 def test_exception_in_one_vendor_names_it_and_spares_the_other(pair: Any) -> None:
     h, _ = pair
-    with pytest.raises(PluginError, match="'broken'.*xpushare_fit raised RuntimeError: boom"):
+    with pytest.raises(PluginError, match=r"'broken'.*xpushare_fit raised RuntimeError: boom"):
         h.vendor("broken").fit(
             request=ContainerRequest(vendor="broken"),
             node=_node("broken"),
@@ -147,7 +146,9 @@ def test_bad_return_values_are_refused_at_the_boundary(pair: Any) -> None:
     broken = h.vendor("broken")
     fit = FitResult(fits=True)
     with pytest.raises(PluginError, match=r"xpushare_score returned an invalid result.*outside"):
-        broken.score(request=ContainerRequest(vendor="broken"), node=_node("broken"), fit=fit, usage={})
+        broken.score(
+            request=ContainerRequest(vendor="broken"), node=_node("broken"), fit=fit, usage={}
+        )
     with pytest.raises(PluginError, match="reserved for the xpushare core"):
         broken.patch_annotations(pod=POD, assignment=PodAssignment(node="n1", containers=()))
     with pytest.raises(PluginError, match="xpushare_mutate_admission returned an invalid"):
@@ -161,10 +162,13 @@ def test_bad_return_values_are_refused_at_the_boundary(pair: Any) -> None:
     with pytest.raises(PluginError, match="names devices kubelet did not offer"):
         broken.preferred_allocation(["a", "b"], [], 1)
     good = h.vendor("good")
-    assert good.score(request=ContainerRequest(vendor="good"), node=_node("good"), fit=fit, usage={}) == 0.25
-    assert good.patch_annotations(
-        pod=POD, assignment=PodAssignment(node="n1", containers=())
-    ) == {"good.example.com/devices": "0"}
+    assert (
+        good.score(request=ContainerRequest(vendor="good"), node=_node("good"), fit=fit, usage={})
+        == 0.25
+    )
+    assert good.patch_annotations(pod=POD, assignment=PodAssignment(node="n1", containers=())) == {
+        "good.example.com/devices": "0"
+    }
     patches = good.mutate_admission(
         pod=POD, container=POD.containers[0], index=3, request=ContainerRequest(vendor="good")
     )
@@ -186,7 +190,9 @@ def test_node_side_hooks_run_on_the_vendors_own_thread(pair: Any) -> None:
         devices=(devices[1],),
     )
     results: list[Any] = []
-    callers = [threading.Thread(target=lambda: results.append(handle.allocate(request))) for _ in range(3)]
+    callers = [
+        threading.Thread(target=lambda: results.append(handle.allocate(request))) for _ in range(3)
+    ]
     for t in callers:
         t.start()
     for t in callers:

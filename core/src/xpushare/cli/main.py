@@ -25,7 +25,9 @@ class _Group(click.Group):
             raise click.ClickException(str(exc)) from exc
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(importlib.metadata.version("xpushare"), prog_name="xpushare")
 @click.option(
     "--log-level",

@@ -33,9 +33,7 @@ class ContainerRequest(Model):
     @model_validator(mode="after")
     def _memory_one_way(self) -> Self:
         if self.memory_mib is not None and self.memory_percent is not None:
-            raise ValueError(
-                "memory is given both in MiB and as a percent; ask for one of them"
-            )
+            raise ValueError("memory is given both in MiB and as a percent; ask for one of them")
         return self
 
     def memory_for(self, device_memory_mib: int) -> int:

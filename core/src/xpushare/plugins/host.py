@@ -120,7 +120,10 @@ class PluginHost:
 
     def load_entry_points(self) -> None:
         """Load every vendor and extension entry point, each on its own."""
-        for group, kind in ((VENDOR_GROUP, PluginKind.VENDOR), (EXTENSION_GROUP, PluginKind.EXTENSION)):
+        for group, kind in (
+            (VENDOR_GROUP, PluginKind.VENDOR),
+            (EXTENSION_GROUP, PluginKind.EXTENSION),
+        ):
             for ep in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
                 self._load_entry_point(ep, kind)
 
@@ -135,7 +138,9 @@ class PluginHost:
             return
         blocked = self.settings.blocked_reason(ep.name)
         if blocked:
-            self.records.append(PluginRecord(ep.name, kind, PluginState.BLOCKED, dist, version, error=blocked))
+            self.records.append(
+                PluginRecord(ep.name, kind, PluginState.BLOCKED, dist, version, error=blocked)
+            )
             return
         try:
             plugin = ep.load()
@@ -218,7 +223,9 @@ class PluginHost:
                 )
         return spec
 
-    def _add_vendor(self, name: str, plugin: object, record: PluginRecord, spec: VendorSpec) -> None:
+    def _add_vendor(
+        self, name: str, plugin: object, record: PluginRecord, spec: VendorSpec
+    ) -> None:
         for resource in spec.resource_names.all():
             self._resource_owner[resource] = name
         self._vendor_plugins[name] = plugin
@@ -257,7 +264,9 @@ class PluginHost:
         if self.pm.get_plugin(name) is not None:
             self.pm.unregister(name=name)
 
-    def _fail(self, record: PluginRecord, reason: str, exc: BaseException | None = None) -> PluginRecord:
+    def _fail(
+        self, record: PluginRecord, reason: str, exc: BaseException | None = None
+    ) -> PluginRecord:
         record.state = PluginState.FAILED
         record.error = reason
         self.records.append(record)
@@ -271,8 +280,14 @@ class PluginHost:
             names = [self.pm.get_name(i.plugin) for i in impls]
             log.warning("hook %s -> %s args=%s", hook_name, names, dict(kwargs))
 
-        def after(outcome: Any, hook_name: str, impls: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
-            log.warning("hook %s <- %r", hook_name, outcome.get_result() if outcome.exception is None else outcome.exception)
+        def after(
+            outcome: Any, hook_name: str, impls: Iterable[Any], kwargs: Mapping[str, Any]
+        ) -> None:
+            log.warning(
+                "hook %s <- %r",
+                hook_name,
+                outcome.get_result() if outcome.exception is None else outcome.exception,
+            )
 
         self.pm.add_hookcall_monitoring(before, after)
         self.pm.xpushare_traced = True  # type: ignore[attr-defined]

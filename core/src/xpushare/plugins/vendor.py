@@ -125,7 +125,9 @@ class VendorHandle:
 
     # -- scheduler side (pure, caller's thread) -------------------------------------------
 
-    def resource_request(self, *, pod: PodView, container: ContainerView) -> ContainerRequest | None:
+    def resource_request(
+        self, *, pod: PodView, container: ContainerView
+    ) -> ContainerRequest | None:
         fast = self._fast.get("xpushare_resource_request")
         if fast is not None:
             # The core's own parser: trusted, and its ValueError is the user's mistake.
@@ -145,7 +147,9 @@ class VendorHandle:
             ) from exc
         if raw is None:
             return None
-        return self._checked("xpushare_resource_request", lambda: validation.request(self.name, raw))
+        return self._checked(
+            "xpushare_resource_request", lambda: validation.request(self.name, raw)
+        )
 
     def fit(
         self,
@@ -219,13 +223,21 @@ class VendorHandle:
             )
         return self._context
 
-    def _on_thread(self, hook: str, timeout_s: float | None, **kwargs: Any) -> Any:
+    def _hook_call(self, hook: str, kwargs: dict[str, Any]) -> Callable[[], Any]:
         ctx = self.context
-        return ctx.library.call(self._call, hook, ctx=ctx, timeout_s=timeout_s, **kwargs)
+
+        def call() -> Any:
+            return self._call(hook, ctx=ctx, **kwargs)
+
+        # The library thread names a stuck or timed-out call by its qualified name.
+        call.__qualname__ = call.__name__ = f"{self.name}.{hook}"
+        return call
+
+    def _on_thread(self, hook: str, timeout_s: float | None, **kwargs: Any) -> Any:
+        return self.context.library.call(self._hook_call(hook, kwargs), timeout_s=timeout_s)
 
     async def _aon_thread(self, hook: str, timeout_s: float | None, **kwargs: Any) -> Any:
-        ctx = self.context
-        return await ctx.library.acall(self._call, hook, ctx=ctx, timeout_s=timeout_s, **kwargs)
+        return await self.context.library.acall(self._hook_call(hook, kwargs), timeout_s=timeout_s)
 
     def startup(self) -> None:
         self._on_thread("xpushare_startup", None)

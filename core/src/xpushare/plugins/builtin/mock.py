@@ -40,7 +40,9 @@ from xpushare.native import NodeContext
 
 VENDOR = "mock"
 SPEC_ENV = "XPUSHARE_MOCK_DEVICES"
-_GROUP = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?([A-Za-z0-9][A-Za-z0-9._ -]*?)-(\d+)GB\s*$")
+_GROUP = re.compile(
+    r"^\s*(?:(\d+)\s*[xX]\s*)?([A-Za-z0-9][A-Za-z0-9._]*(?:-[A-Za-z0-9._]+)*?)-(\d+)GB\s*$"
+)
 _FIELDS = {"model", "memory_mib", "count", "numa_node", "healthy", "share_slots", "compute_units"}
 
 
@@ -79,7 +81,11 @@ def parse_spec(spec: str, node_name: str = "node") -> list[Device]:
                 raise ValueError(f"mock device group {group!r} is not like '8x A100-80GB'")
             count, model, gib = match.groups()
             entries.append(
-                {"model": f"{model}-{gib}GB", "memory_mib": int(gib) * 1024, "count": int(count or 1)}
+                {
+                    "model": f"{model}-{gib}GB",
+                    "memory_mib": int(gib) * 1024,
+                    "count": int(count or 1),
+                }
             )
     else:
         path = Path(spec)
