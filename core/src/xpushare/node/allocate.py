@@ -1,0 +1,508 @@
+"""Allocate and GetPreferredAllocation: which pod kubelet is admitting, and what it gets.
+
+kubelet's Allocate names device ids only, never the pod (research/k8s-apis.md §1.4 step 7).
+So, as DESIGN.md §6 fixes, the scheduler writes at bind a per-node *handoff* naming the pod,
+and the pod's *assignment* naming each container's slices. This module:
+
+1. finds the pod: the one named by the node's ``xpushare.io/handoff`` if it is current and
+   still waits for this vendor; else (the handoff expired, was released, or is malformed) the
+   oldest Pending pod on the node whose assignment still has a container of this vendor to
+   serve;
+2. matches kubelet's request to a container: kubelet's ids ``<device>::<n>`` name physical
+   devices, which must be exactly the devices of the next container of this vendor that has
+   not been served yet (init containers first, in assignment order, as kubelet admits them);
+   GetPreferredAllocation steers kubelet to those devices, so a mismatch means the pod and
+   kubelet disagree and is refused with both sides named;
+3. asks the vendor's ``allocate`` hook (on its library thread) for the container's envs,
+   device nodes, mounts and CDI devices;
+4. when the last container of the last vendor of the pod has been served, releases the
+   handoff (a compare-and-swap on the node's resourceVersion, so a newer handoff written
+   meanwhile is never deleted).
+
+Everything runs under Allocate's own deadline: kubelet waits with no timeout inside its pod
+admission loop, so an answer is always an error or a result within
+:attr:`~xpushare.node.config.NodeConfig.allocate_deadline_s`, never a block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from xpushare.codec import (
+    ASSIGNMENT_KEY,
+    HANDOFF_KEY,
+    Handoff,
+    decode_assignment,
+    decode_handoff,
+    encode_handoff,
+)
+from xpushare.errors import CodecError, PluginError, VendorUnavailable, XpushareError
+from xpushare.models import AllocateRequest, ContainerAllocation, ContainerAssignment, PodRef
+from xpushare.native import LibraryThreadStuck, NativeCallTimeout, NativeError
+from xpushare.node.devices import physical_id
+from xpushare.node.kube import KubeConflict, KubeError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from xpushare.models import Device, PodAssignment
+    from xpushare.node.devices import VendorDevices
+    from xpushare.node.kube import JsonObject, NodeKube
+    from xpushare.plugins import VendorHandle
+
+log = logging.getLogger(__name__)
+
+#: How many times a handoff update is retried when the node changed meanwhile (409): the
+#: scheduler writes the handoff at most once per bind, so two retries settle any race.
+HANDOFF_RETRIES = 3
+
+#: Time kept back from the vendor's allocate call for answering kubelet after it.
+VENDOR_MARGIN_S = 0.2
+
+
+class Status(Enum):
+    """What kind of failure an Allocate error is; the device plugin maps it to a gRPC code."""
+
+    INVALID = "invalid-argument"  # ids that are not ours
+    PRECONDITION = "failed-precondition"  # no pod, no assignment, mismatch
+    UNAVAILABLE = "unavailable"  # vendor library stuck, API server down
+    DEADLINE = "deadline-exceeded"
+    INTERNAL = "internal"  # a vendor plugin bug
+
+
+class AllocateError(XpushareError):
+    """Allocate (or GetPreferredAllocation) cannot be answered; the message is for kubelet's
+    event on the pod, so it names the node, the pod and the devices, and what to do."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class _Progress:
+    """Which containers of one pod the agent has served, per vendor."""
+
+    pod: PodRef
+    served: dict[str, set[int]] = field(default_factory=dict)
+    touched: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """The pod being admitted, its assignment, and the node as read (for the handoff CAS)."""
+
+    pod: PodRef
+    assignment: PodAssignment
+    via_handoff: bool
+
+
+def _containers(assignment: PodAssignment, vendor: str) -> list[ContainerAssignment]:
+    # kubelet admits init containers first, then the others, each in spec order.
+    mine = [c for c in assignment.containers if c.vendor == vendor]
+    return [c for c in mine if c.init] + [c for c in mine if not c.init]
+
+
+def _pod_ref(pod: JsonObject) -> PodRef:
+    meta = pod.get("metadata") or {}
+    return PodRef(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+    )
+
+
+def _key(pod: PodRef) -> str:
+    return pod.uid or str(pod)
+
+
+class Allocator:
+    """Serves Allocate and GetPreferredAllocation for every vendor of the node."""
+
+    #: Progress of pods not touched for this long is forgotten (kubelet admitted them long
+    #: ago, or they went away): ten minutes is far past any admission.
+    forget_after_s = 600.0
+
+    def __init__(
+        self,
+        *,
+        kube: NodeKube,
+        vendors: Mapping[str, VendorHandle],
+        devices: Mapping[str, VendorDevices],
+        deadline_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.node = kube.node_name
+        self._vendors = vendors
+        self._devices = devices
+        self.deadline_s = deadline_s
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._progress: dict[str, _Progress] = {}
+
+    # -- Allocate ------------------------------------------------------------------------------
+
+    async def allocate(
+        self, vendor: str, resource: str, kubelet_ids: Sequence[str]
+    ) -> ContainerAllocation:
+        """One container's allocation of *vendor*'s devices named by *kubelet_ids*."""
+        what = f"Allocate of {resource} {sorted(kubelet_ids)} on node {self.node}"
+        deadline = asyncio.get_running_loop().time() + self.deadline_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with self._lock:
+                    return await self._allocate(vendor, resource, kubelet_ids, what, deadline)
+        except TimeoutError:
+            raise AllocateError(
+                Status.DEADLINE,
+                f"{what}: no answer within {self.deadline_s:g} s (the API server or the "
+                f"vendor {vendor!r} library is slow or hung); kubelet fails the pod, delete "
+                "it to retry, and check the node agent's log and /readyz",
+            ) from None
+
+    async def _allocate(
+        self, vendor: str, resource: str, kubelet_ids: Sequence[str], what: str, deadline: float
+    ) -> ContainerAllocation:
+        physical = self._physical(vendor, kubelet_ids, what)
+        pending = await self._pending(vendor, what, physical)
+        pod, assignment = pending.pod, pending.assignment
+        index, container = self._match(vendor, pending, physical, what)
+        handle = self._vendors[vendor]
+        view = self._devices[vendor].view
+        inventory: list[Device] = []
+        for piece in container.devices:
+            device = view.device(piece.device_id)
+            if device is None:
+                raise AllocateError(
+                    Status.PRECONDITION,
+                    f"{what}: pod {pod} was assigned device {piece.device_id!r}, which this "
+                    f"node's {vendor} inventory does not have; the scheduler's view of the "
+                    "node is stale: delete the pod so it is placed again",
+                )
+            inventory.append(device)
+        request = AllocateRequest(
+            pod=pod,
+            container=container.container,
+            node=self.node,
+            resource_name=resource,
+            slices=container.devices,
+            devices=tuple(inventory),
+        )
+        # The vendor's own timeout ends a little before Allocate's, so a hung library is
+        # reported as such (and marks its thread stuck) rather than as a plain deadline.
+        remaining = deadline - asyncio.get_running_loop().time()
+        timeout = max(0.05, remaining - VENDOR_MARGIN_S)
+        try:
+            result = await handle.aallocate(request, timeout_s=timeout)
+        except (NativeCallTimeout, LibraryThreadStuck) as exc:
+            raise AllocateError(Status.UNAVAILABLE, f"{what} for pod {pod}: {exc}") from exc
+        except VendorUnavailable as exc:
+            raise AllocateError(Status.UNAVAILABLE, f"{what} for pod {pod}: {exc}") from exc
+        except (PluginError, NativeError) as exc:
+            raise AllocateError(
+                Status.INTERNAL,
+                f"{what} for pod {pod} container {container.container!r}: {exc}",
+            ) from exc
+        progress = self._progress.setdefault(_key(pod), _Progress(pod))
+        progress.served.setdefault(vendor, set()).add(index)
+        progress.touched = self._clock()
+        log.info(
+            "allocated %s %s to pod %s container %s",
+            vendor,
+            [p.device_id for p in container.devices],
+            pod,
+            container.container,
+        )
+        if self._vendor_done(pod, assignment, vendor):
+            await self._release(pod, vendor)
+        self._forget_old()
+        return result
+
+    def _physical(self, vendor: str, kubelet_ids: Sequence[str], what: str) -> list[str]:
+        physical: list[str] = []
+        for kid in kubelet_ids:
+            device = physical_id(kid)
+            if device is None:
+                raise AllocateError(
+                    Status.INVALID,
+                    f"{what}: {kid!r} is not an xpushare device id (<device>::<share>); another "
+                    "device plugin may have registered the same resource name",
+                )
+            if device in physical:
+                raise AllocateError(
+                    Status.PRECONDITION,
+                    f"{what}: two shares of device {device!r} in one container; a container "
+                    "takes one share per device: lower the container's device count",
+                )
+            physical.append(device)
+        return physical
+
+    def _served(self, pod: PodRef, vendor: str) -> set[int]:
+        progress = self._progress.get(_key(pod))
+        return set() if progress is None else progress.served.get(vendor, set())
+
+    def _match(
+        self, vendor: str, pending: _Pending, physical: Sequence[str], what: str
+    ) -> tuple[int, ContainerAssignment]:
+        containers = _containers(pending.assignment, vendor)
+        served = self._served(pending.pod, vendor)
+        waiting = [(i, c) for i, c in enumerate(containers) if i not in served]
+        if not waiting:
+            raise AllocateError(
+                Status.PRECONDITION,
+                f"{what}: pod {pending.pod} has no container of vendor {vendor!r} left to "
+                "serve (all were allocated); kubelet is admitting a pod the scheduler did not "
+                "place through xpushare: give it schedulerName xpushare, or check that only "
+                "one device plugin serves this resource",
+            )
+        wanted = set(physical)
+        for i, container in waiting:
+            if {d.device_id for d in container.devices} == wanted:
+                return i, container
+        expected = "; ".join(
+            f"{c.container}: {sorted(d.device_id for d in c.devices)}" for _, c in waiting
+        )
+        raise AllocateError(
+            Status.PRECONDITION,
+            f"{what}: kubelet picked devices {sorted(wanted)} for pod {pending.pod}, but its "
+            f"assignment gives {expected}. kubelet did not follow GetPreferredAllocation "
+            "(another plugin or a stale checkpoint holds those shares?); delete the pod so "
+            "it is placed again",
+        )
+
+    # -- GetPreferredAllocation ---------------------------------------------------------------
+
+    async def preferred(
+        self,
+        vendor: str,
+        resource: str,
+        available: Sequence[str],
+        must_include: Sequence[str],
+        size: int,
+    ) -> list[str]:
+        """The ids kubelet should pick: one share of each device the pending container got.
+
+        Without a pending pod (or on any error finding it) the vendor's own preference
+        answers, so GetPreferredAllocation never fails a pod on its own.
+        """
+        what = f"GetPreferredAllocation of {resource} on node {self.node}"
+        try:
+            async with asyncio.timeout(self.deadline_s / 2):
+                async with self._lock:
+                    picked = await self._steer(vendor, available, must_include, size, what)
+        except (AllocateError, TimeoutError) as exc:
+            log.info("%s: no assignment to steer by (%s); asking the vendor", what, exc)
+            picked = None
+        if picked is not None:
+            return picked
+        handle = self._vendors[vendor]
+        try:
+            return await handle.apreferred_allocation(available, must_include, size)
+        except (XpushareError, ValueError) as exc:
+            log.warning("%s: vendor preference failed: %s", what, exc)
+            chosen = list(must_include)
+            chosen += [d for d in available if d not in chosen][: max(0, size - len(chosen))]
+            return chosen
+
+    async def _steer(
+        self,
+        vendor: str,
+        available: Sequence[str],
+        must_include: Sequence[str],
+        size: int,
+        what: str,
+    ) -> list[str] | None:
+        pending = await self._pending(vendor, what, None)
+        served = self._served(pending.pod, vendor)
+        containers = _containers(pending.assignment, vendor)
+        must = {physical_id(m) for m in must_include}
+        for i, container in enumerate(containers):
+            devices = [d.device_id for d in container.devices]
+            if i in served or len(devices) != size or not must <= set(devices):
+                continue
+            picked = list(must_include)
+            covered = {physical_id(m) for m in picked}
+            for device in devices:
+                if device in covered:
+                    continue
+                replicas = sorted(
+                    (a for a in available if physical_id(a) == device and a not in picked),
+                    key=_share_number,
+                )
+                if replicas:
+                    picked.append(replicas[0])
+                    covered.add(device)
+            if len(picked) == size:
+                return picked
+        return None
+
+    # -- finding the pod -----------------------------------------------------------------------
+
+    async def _pending(self, vendor: str, what: str, physical: Sequence[str] | None) -> _Pending:
+        node = await self._read(self.kube.get_node(), what, "read the node")
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        raw = annotations.get(HANDOFF_KEY)
+        if raw is not None:
+            pending = await self._from_handoff(raw, vendor, what)
+            if pending is not None:
+                return pending
+        return await self._from_listing(vendor, what, physical)
+
+    async def _from_handoff(self, raw: str, vendor: str, what: str) -> _Pending | None:
+        try:
+            handoff = decode_handoff(raw, node=self.node)
+        except CodecError as exc:
+            log.warning("%s: ignoring the node's handoff: %s", what, exc)
+            return None
+        if handoff.expired(self._clock()):
+            log.info("%s: the handoff of pod %s has expired; looking for pods", what, handoff.pod)
+            return None
+        if vendor not in handoff.vendors or vendor in handoff.allocated:
+            return None
+        pod = await self._read(
+            self.kube.get_pod(handoff.pod.namespace, handoff.pod.name), what, "read the pod"
+        )
+        if pod is None:
+            log.info("%s: the handoff names pod %s, which is gone", what, handoff.pod)
+            return None
+        ref = _pod_ref(pod)
+        if handoff.pod.uid and ref.uid and handoff.pod.uid != ref.uid:
+            log.info("%s: pod %s was re-created since the handoff; looking for pods", what, ref)
+            return None
+        assignment = self._assignment(pod, ref, what)
+        return _Pending(ref, assignment, via_handoff=True)
+
+    async def _from_listing(
+        self, vendor: str, what: str, physical: Sequence[str] | None
+    ) -> _Pending:
+        pods = await self._read(self.kube.list_node_pods(), what, "list the node's pods")
+        candidates: list[tuple[str, _Pending]] = []
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if (pod.get("status") or {}).get("phase") != "Pending" or meta.get("deletionTimestamp"):
+                continue
+            if ASSIGNMENT_KEY not in (meta.get("annotations") or {}):
+                continue
+            ref = _pod_ref(pod)
+            try:
+                assignment = self._assignment(pod, ref, what)
+            except AllocateError as exc:
+                log.warning("%s: skipping pod %s: %s", what, ref, exc)
+                continue
+            containers = _containers(assignment, vendor)
+            served = self._served(ref, vendor)
+            waiting = [c for i, c in enumerate(containers) if i not in served]
+            if not waiting:
+                continue
+            if physical is not None and not any(
+                {d.device_id for d in c.devices} == set(physical) for c in waiting
+            ):
+                continue
+            candidates.append(
+                (str(meta.get("creationTimestamp") or ""), _Pending(ref, assignment, False))
+            )
+        if not candidates:
+            raise AllocateError(
+                Status.PRECONDITION,
+                f"{what}: no pod is waiting for these devices: the node has no current "
+                f"{HANDOFF_KEY} and no Pending pod with an {ASSIGNMENT_KEY} for vendor "
+                f"{vendor!r}{' on them' if physical else ''}. Pods asking for shared devices "
+                "must be scheduled by the xpushare scheduler (schedulerName); delete the pod "
+                "so it is placed again",
+            )
+        candidates.sort(key=lambda c: c[0])
+        return candidates[0][1]
+
+    def _assignment(self, pod: JsonObject, ref: PodRef, what: str) -> PodAssignment:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        raw = annotations.get(ASSIGNMENT_KEY)
+        if raw is None:
+            raise AllocateError(
+                Status.PRECONDITION,
+                f"{what}: pod {ref} has no {ASSIGNMENT_KEY} annotation: it was not bound by "
+                "the xpushare scheduler; delete it so it is placed again",
+            )
+        try:
+            assignment = decode_assignment(raw, pod=str(ref))
+        except CodecError as exc:
+            raise AllocateError(Status.PRECONDITION, f"{what}: {exc}") from exc
+        if assignment.node != self.node:
+            raise AllocateError(
+                Status.PRECONDITION,
+                f"{what}: pod {ref} is assigned devices on node {assignment.node!r}, not this "
+                f"node {self.node!r}; delete the pod so it is placed again",
+            )
+        return assignment
+
+    async def _read(self, call: Any, what: str, doing: str) -> Any:
+        try:
+            return await call
+        except KubeError as exc:
+            raise AllocateError(Status.UNAVAILABLE, f"{what}: cannot {doing}: {exc}") from exc
+
+    # -- releasing the handoff -----------------------------------------------------------------
+
+    def _vendor_done(self, pod: PodRef, assignment: PodAssignment, vendor: str) -> bool:
+        return len(self._served(pod, vendor)) >= len(_containers(assignment, vendor))
+
+    async def _release(self, pod: PodRef, vendor: str) -> None:
+        """Record *vendor* as allocated in the handoff; remove it when the pod is complete.
+
+        A failure here does not fail the Allocate (the container is served): the handoff
+        expires on its own and the scheduler then treats the node as free.
+        """
+        for _ in range(HANDOFF_RETRIES):
+            try:
+                node = await self.kube.get_node()
+                meta = node.get("metadata") or {}
+                raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
+                if raw is None:
+                    return
+                try:
+                    handoff = decode_handoff(raw, node=self.node)
+                except CodecError:
+                    return  # not ours to repair here; it expires or is overwritten
+                if not _same_pod(handoff, pod):
+                    return  # a newer pod's handoff: leave it alone
+                updated = handoff.with_allocated(vendor)
+                value = None if updated.complete() else encode_handoff(updated, node=self.node)
+                await self.kube.patch_node(
+                    {
+                        "metadata": {
+                            "resourceVersion": meta.get("resourceVersion"),
+                            "annotations": {HANDOFF_KEY: value},
+                        }
+                    }
+                )
+                if value is None:
+                    log.info("released the handoff of pod %s on node %s", pod, self.node)
+                return
+            except KubeConflict:
+                continue
+            except (KubeError, CodecError, ValueError) as exc:
+                log.warning("cannot update the handoff of pod %s: %s", pod, exc)
+                return
+        log.warning(
+            "gave up updating the handoff of pod %s after %d conflicts", pod, HANDOFF_RETRIES
+        )
+
+    def _forget_old(self) -> None:
+        limit = self._clock() - self.forget_after_s
+        for key in [k for k, p in self._progress.items() if p.touched < limit]:
+            del self._progress[key]
+
+
+def _same_pod(handoff: Handoff, pod: PodRef) -> bool:
+    if handoff.pod.uid and pod.uid:
+        return handoff.pod.uid == pod.uid
+    return handoff.pod.namespace == pod.namespace and handoff.pod.name == pod.name
+
+
+def _share_number(kubelet_id: str) -> int:
+    return int(kubelet_id.rpartition("::")[2] or 0)

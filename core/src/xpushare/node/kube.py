@@ -1,0 +1,254 @@
+"""The node agent's only door to the Kubernetes API: its own node, and the pods bound to it.
+
+Why a module of its own: the agent needs four calls (read its node, merge-patch its node's
+annotations and labels, read a pod, list the node's pods), and keeping them behind the small
+:class:`NodeKube` protocol lets tests run the agent against a local fake API server with the
+real client, and plugin authors against an in-memory one (``xpushare.testing``).
+
+Why the official client's low-level ``ApiClient`` and raw JSON rather than ``CoreV1Api``:
+``CoreV1Api`` deserialises into generated models and importing them costs about 90 MiB of
+RSS (measured here: 48 MiB for ``kubernetes.client`` alone, 142 MiB once ``CoreV1Api`` is
+touched), which would blow the node agent's 64 MiB budget (DESIGN.md §9) for objects we read
+three fields of. The client still does what it is for: configuration (in-cluster service
+account or kubeconfig), TLS, auth and connection pooling.
+
+Calls are blocking (urllib3), so each runs on a small thread pool of its own and the event
+loop awaits it; every request has a timeout, so a hung API server cannot hold Allocate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
+
+from xpushare.errors import XpushareError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+JsonObject = dict[str, Any]
+
+#: RFC 7386 JSON merge patch: a ``null`` deletes a key (research/k8s-apis.md §7.3).
+MERGE_PATCH = "application/merge-patch+json"
+
+#: Threads for API calls: Allocate, the inventory publisher and the handoff repair may each
+#: have one request in flight; more would only add memory (one malloc arena per thread).
+API_THREADS = 3
+
+#: What the service account of an in-cluster pod carries; its presence selects in-cluster auth.
+_IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+
+
+class KubeError(XpushareError):
+    """A Kubernetes API call failed; the message names the call and what to check."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class KubeConflict(KubeError):
+    """A compare-and-swap patch lost: the object changed since it was read (HTTP 409)."""
+
+
+class NodeKube(Protocol):
+    """What the node agent reads and writes in the API server, bound to one node."""
+
+    node_name: str
+
+    async def get_node(self) -> JsonObject:
+        """The node object; :class:`KubeError` if it cannot be read."""
+        ...
+
+    async def patch_node(self, patch: JsonObject) -> JsonObject:
+        """Apply a JSON merge patch to the node and return the node as it now is.
+
+        With ``metadata.resourceVersion`` in the patch the API server applies it only to that
+        version (:class:`KubeConflict` otherwise).
+        """
+        ...
+
+    async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
+        """The pod, or ``None`` when it does not exist."""
+        ...
+
+    async def list_node_pods(self) -> list[JsonObject]:
+        """Every pod bound to this node (``spec.nodeName``)."""
+        ...
+
+
+def _explain(status: int, what: str, body: bytes) -> KubeError:
+    try:
+        message = str(json.loads(body).get("message", ""))[:300]
+    except (ValueError, AttributeError):
+        message = body[:300].decode("utf-8", "replace")
+    if status == 409:
+        return KubeConflict(f"{what}: conflict (the object changed meanwhile): {message}", status)
+    hint = {
+        401: "the node agent's service account token was refused",
+        403: "grant the node agent's service account this verb in its ClusterRole "
+        "(get/patch nodes, get/list pods)",
+        404: "it does not exist",
+    }.get(status, "check the API server's health and the node agent's logs")
+    return KubeError(f"{what}: HTTP {status}: {message or '(no message)'}; {hint}", status)
+
+
+class KubeClient:
+    """:class:`NodeKube` over the official ``kubernetes`` client (raw JSON, see module doc)."""
+
+    def __init__(
+        self,
+        node_name: str,
+        configuration: Any,
+        *,
+        timeout_s: float = 3.0,
+    ) -> None:
+        from kubernetes.client import ApiClient
+
+        self.node_name = node_name
+        self.timeout_s = timeout_s
+        self._api: Any = ApiClient(configuration)
+        self._pool = ThreadPoolExecutor(API_THREADS, thread_name_prefix="xpushare-kube")
+
+    @classmethod
+    def for_host(cls, node_name: str, host: str, *, timeout_s: float = 3.0) -> KubeClient:
+        """A client of a plain-HTTP API server at *host* (tests, ``kubectl proxy``)."""
+        from kubernetes.client import Configuration
+
+        configuration = Configuration(host=host.rstrip("/"))
+        return cls(node_name, configuration, timeout_s=timeout_s)
+
+    @classmethod
+    def from_environment(
+        cls,
+        node_name: str,
+        *,
+        kubeconfig: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        timeout_s: float = 3.0,
+    ) -> KubeClient:
+        """In-cluster credentials in a pod, else *kubeconfig* (or ``$KUBECONFIG``/``~/.kube``)."""
+        from kubernetes import config
+        from kubernetes.client import Configuration
+
+        env = os.environ if environ is None else environ
+        configuration = Configuration()
+        loader: Any = config  # the loaders are untyped
+        try:
+            if kubeconfig is None and _IN_CLUSTER_ENV in env:
+                loader.load_incluster_config(client_configuration=configuration)
+            else:
+                loader.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except config.ConfigException as exc:
+            raise KubeError(
+                f"cannot configure the Kubernetes client: {exc}. In a pod, mount the service "
+                "account token; elsewhere pass --kubeconfig or set KUBECONFIG."
+            ) from exc
+        return cls(node_name, configuration, timeout_s=timeout_s)
+
+    # -- NodeKube ----------------------------------------------------------------------------
+
+    async def get_node(self) -> JsonObject:
+        found = await self._call("GET", self._node_path(), what=f"read node {self.node_name}")
+        if found is None:
+            raise KubeError(
+                f"node {self.node_name!r} does not exist: is NODE_NAME the pod's spec.nodeName?",
+                404,
+            )
+        return found
+
+    async def patch_node(self, patch: JsonObject) -> JsonObject:
+        found = await self._call(
+            "PATCH", self._node_path(), body=patch, what=f"patch node {self.node_name}"
+        )
+        if found is None:
+            raise KubeError(f"node {self.node_name!r} does not exist", 404)
+        return found
+
+    async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+        return await self._call("GET", path, what=f"read pod {namespace}/{name}")
+
+    async def list_node_pods(self) -> list[JsonObject]:
+        selector = f"spec.nodeName={self.node_name}"
+        found = await self._call(
+            "GET",
+            "/api/v1/pods",
+            query=[("fieldSelector", selector)],
+            what=f"list pods of node {self.node_name}",
+        )
+        items = (found or {}).get("items") or []
+        # Filter here too: a field selector is the server's courtesy, not a contract we
+        # want a wrong answer from (and fake servers ignore it).
+        return [
+            p
+            for p in items
+            if isinstance(p, dict) and (p.get("spec") or {}).get("nodeName") == self.node_name
+        ]
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _node_path(self) -> str:
+        return f"/api/v1/nodes/{quote(self.node_name, safe='')}"
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        body: JsonObject | None = None,
+        query: list[tuple[str, str]] | None = None,
+    ) -> JsonObject | None:
+        loop = asyncio.get_running_loop()
+        request: Callable[[], tuple[int, bytes]] = lambda: self._request(method, path, body, query)  # noqa: E731
+        try:
+            status, data = await loop.run_in_executor(self._pool, request)
+        except KubeError:
+            raise
+        except Exception as exc:
+            raise KubeError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        if status == 404 and method == "GET":
+            return None
+        if not 200 <= status < 300:
+            raise _explain(status, what, data)
+        try:
+            decoded = json.loads(data)
+        except ValueError as exc:
+            raise KubeError(f"{what}: the API server answered with invalid JSON: {exc}") from exc
+        if not isinstance(decoded, dict):
+            raise KubeError(f"{what}: the API server answered with {type(decoded).__name__}")
+        return decoded
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: JsonObject | None,
+        query: list[tuple[str, str]] | None,
+    ) -> tuple[int, bytes]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = MERGE_PATCH
+        method, url, headers, payload, _ = self._api.param_serialize(
+            method,
+            path,
+            query_params=query,
+            header_params=headers,
+            body=body,
+            # The generated APIs name this scheme; without it no token is sent (the
+            # in-cluster loader also refreshes the token file into it).
+            auth_settings=["BearerToken"],
+        )
+        response: Any = self._api.call_api(
+            method, url, headers, payload, _request_timeout=self.timeout_s
+        )
+        return int(response.status), bytes(response.read() or b"")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._api.close()
