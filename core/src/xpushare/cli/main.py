@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from xpushare.cli import detect_cmd, plugins_cmd
+from xpushare.cli import scheduler_cmd
 from xpushare.errors import XpushareError
 
 
@@ -52,3 +53,4 @@ def main(log_level: str) -> None:
 
 main.add_command(plugins_cmd.command)
 main.add_command(detect_cmd.command)
+main.add_command(scheduler_cmd.command)

@@ -1,0 +1,392 @@
+"""The ``xpushare scheduler`` process: extender, webhook, probes and metrics on one event loop.
+
+Why one asyncio process: the watches, the usage ledger, the extender and the webhook share
+state without locks when they share a loop (DESIGN.md §1, §7). This module builds the parts
+from the configuration and wires them: HTTP routes with a body cap and clear errors for bad
+input, TLS with certificate reload, the node and pod informers, leader election, the event
+recorder and the periodic handoff repair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import ssl
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from xpushare.placement import Placer
+from xpushare.plugins import PluginHost
+from xpushare.scheduler import objects as ob
+from xpushare.scheduler.cluster import ClusterState
+from xpushare.scheduler.config import SchedulerConfig
+from xpushare.scheduler.events import EventRecorder, ObjectRef
+from xpushare.scheduler.extender import BadRequest, Extender
+from xpushare.scheduler.handoff import HandoffManager
+from xpushare.scheduler.informer import Handlers, Informer
+from xpushare.scheduler.kube import Kube
+from xpushare.scheduler.leader import LeaderElector
+from xpushare.scheduler.metrics import SchedulerMetrics, ledger_rows
+from xpushare.scheduler.webhook import BadReview, Webhook
+from xpushare.scheduling import UsageLedger
+
+log = logging.getLogger(__name__)
+
+#: Size of the chunks a request body is read in, below the cap check granularity.
+_CHUNK = 64 * 1024
+
+
+class TooLarge(Exception):
+    pass
+
+
+class CertificateReloader:
+    """A server TLS context whose certificate is re-read when its files change on disk."""
+
+    def __init__(self, cert_file: Path, key_file: Path) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._stamp: tuple[Any, ...] = ()
+        self.loads = 0
+        self.reload()
+
+    def _current(self) -> tuple[Any, ...]:
+        # A Secret volume swaps a symlink, so stat (following links) both files.
+        stamps = []
+        for path in (self.cert_file, self.key_file):
+            st = path.stat()
+            stamps.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        return tuple(stamps)
+
+    def reload(self) -> bool:
+        """Load the files if they changed since the last load; True when loaded."""
+        try:
+            stamp = self._current()
+        except OSError as exc:
+            if not self._stamp:
+                raise
+            log.warning("TLS files unreadable, keeping the current certificate: %s", exc)
+            return False
+        if stamp == self._stamp:
+            return False
+        try:
+            # New handshakes use the new chain; established connections keep theirs.
+            self.context.load_cert_chain(str(self.cert_file), str(self.key_file))
+        except (OSError, ssl.SSLError) as exc:
+            if not self._stamp:
+                raise
+            log.warning("new TLS certificate not loaded, keeping the current one: %s", exc)
+            return False
+        self._stamp = stamp
+        self.loads += 1
+        return True
+
+
+class Scheduler:
+    """Everything ``xpushare scheduler`` runs, built from a configuration."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        *,
+        host: PluginHost,
+        kube: Kube,
+        identity: str | None = None,
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.kube = kube
+        self.identity = (
+            identity or config.leader.identity or (f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+        )
+        self.metrics = SchedulerMetrics()
+        placement = config.placement
+        self.ledger = UsageLedger(
+            memory_overcommit=placement.memory_overcommit,
+            compute_overcommit=placement.compute_overcommit,
+        )
+        self.events = EventRecorder(kube, config.scheduler_name, self.identity)
+        self._reported: dict[tuple[str, str, str], str] = {}
+        self.cluster = ClusterState(self.ledger, report=self._report)
+        self.placer = Placer(self.ledger, host=host, config=placement)
+        self.handoffs = HandoffManager(
+            kube,
+            self.cluster,
+            self.metrics,
+            ttl_s=config.bind.handoff_ttl_s,
+            conflict_retries=config.bind.conflict_retries,
+        )
+        self.leader: LeaderElector | None = None
+        if config.leader.enabled:
+            self.leader = LeaderElector(
+                kube,
+                namespace=config.leader.namespace,
+                name=config.leader.name,
+                identity=self.identity,
+                lease_duration_s=config.leader.lease_duration_s,
+                renew_deadline_s=config.leader.renew_deadline_s,
+                retry_period_s=config.leader.retry_period_s,
+                on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+            )
+        self.extender = Extender(
+            placer=self.placer,
+            host=host,
+            cluster=self.cluster,
+            kube=kube,
+            handoffs=self.handoffs,
+            events=self.events,
+            metrics=self.metrics,
+            bind_wait_s=config.bind.wait_s,
+            is_leader=self.is_leader,
+        )
+        self.webhook = Webhook(
+            host=host,
+            cluster=self.cluster,
+            config=config.webhook,
+            scheduler_name=config.scheduler_name,
+        )
+        timeout = config.kube.watch_timeout_s
+        self.informers = [
+            Informer(
+                kube,
+                "nodes",
+                Handlers(self._replace_nodes, self.cluster.apply_node, self.cluster.delete_node),
+                watch_timeout_s=timeout,
+                on_error=self._watch_error,
+            ),
+            Informer(
+                kube,
+                "pods",
+                Handlers(self._replace_pods, self.cluster.apply_pod, self.cluster.delete_pod),
+                watch_timeout_s=timeout,
+                on_error=self._watch_error,
+            ),
+        ]
+        self.tls: CertificateReloader | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._runners: list[web.AppRunner] = []
+        self.ports: dict[str, int] = {}
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self.leader is None or self.leader.is_leader
+
+    @property
+    def ready(self) -> bool:
+        return self.cluster.synced and self.is_leader()
+
+    def _replace_nodes(self, items: Any) -> None:
+        # A relist replaces the node list first, then the pods are read against it.
+        self.cluster.replace_nodes(items)
+        self.metrics.synced.set(1 if self.cluster.synced else 0)
+
+    def _replace_pods(self, items: Any) -> None:
+        self.cluster.replace_pods(items)
+        self.metrics.synced.set(1 if self.cluster.synced else 0)
+
+    def _watch_error(self, resource: str, exc: Exception) -> None:
+        self.metrics.watch_errors.labels(resource=resource).inc()
+
+    def _report(self, kind: str, obj: ob.Object, key: str, message: str) -> None:
+        """A malformed annotation: log it, count it, and tell the object's owner, once."""
+        ident = (kind, ob.uid(obj) or f"{ob.namespace(obj)}/{ob.name(obj)}", key)
+        if self._reported.get(ident) == message:
+            return
+        if len(self._reported) > 10_000:
+            self._reported.clear()
+        self._reported[ident] = message
+        self.metrics.annotation_errors.labels(kind=kind, key=key).inc()
+        log.warning("ignored a malformed annotation: %s", message)
+        if kind == "pod":
+            ref = ObjectRef("Pod", ob.namespace(obj), ob.name(obj), ob.uid(obj))
+        else:
+            ref = ObjectRef("Node", "", ob.name(obj), ob.uid(obj))
+        self.events.record(ref, "Warning", "MalformedAnnotation", message)
+
+    # -- HTTP --------------------------------------------------------------------------------------
+
+    async def _body(self, request: web.Request) -> Any:
+        cap = self.config.server.max_body_bytes
+        if request.content_length is not None and request.content_length > cap:
+            raise TooLarge()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_chunked(_CHUNK):
+            size += len(chunk)
+            if size > cap:
+                raise TooLarge()
+            chunks.append(chunk)
+        return json.loads(b"".join(chunks))
+
+    def _error(self, verb: str, status: int, reason: str, message: str) -> web.Response:
+        self.metrics.failures.labels(verb=verb, reason=reason).inc()
+        body = {"Error": message} if verb != "webhook" else {"error": message}
+        return web.json_response(body, status=status)
+
+    def _route(
+        self, verb: str, handler: Callable[[Any], Any]
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        histogram = self.metrics.request_seconds.labels(verb=verb)
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            try:
+                try:
+                    body = await self._body(request)
+                except TooLarge:
+                    return self._error(
+                        verb,
+                        413,
+                        "body-too-large",
+                        f"request body larger than {self.config.server.max_body_bytes} bytes "
+                        "(server.max_body_bytes)",
+                    )
+                except (ValueError, RecursionError) as exc:
+                    return self._error(
+                        verb, 400, "bad-json", f"request body is not valid JSON: {exc}"
+                    )
+                try:
+                    result = handler(body)
+                    if asyncio.iscoroutine(result):
+                        result = await result
+                except (BadRequest, BadReview) as exc:
+                    return self._error(verb, 400, "bad-request", str(exc))
+                except Exception as exc:  # a bug: answer, log, never crash the server
+                    log.exception("%s failed", verb)
+                    return self._error(
+                        verb, 500, "internal", f"internal error in {verb}: {type(exc).__name__}"
+                    )
+                return web.Response(
+                    body=json.dumps(result, separators=(",", ":")).encode(),
+                    content_type="application/json",
+                )
+            finally:
+                histogram.observe(time.perf_counter() - started)
+
+        return handle
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if not self.cluster.synced:
+            return web.Response(status=503, text="caches not synced")
+        if not self.is_leader():
+            return web.Response(status=503, text="not the leader")
+        return web.Response(text="ok")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        rows = ledger_rows(self.ledger)
+        text = await asyncio.to_thread(self.metrics.render, rows)
+        return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    def web_app(self, *, probes_only: bool = False) -> web.Application:
+        # The body cap is enforced while reading (413); aiohttp's own cap would answer first.
+        app = web.Application(client_max_size=self.config.server.max_body_bytes + 1)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        if probes_only:
+            return app
+        prefix = self.config.server.extender_prefix.rstrip("/")
+        app.router.add_post(f"{prefix}/filter", self._route("filter", self.extender.filter))
+        app.router.add_post(
+            f"{prefix}/prioritize", self._route("prioritize", self.extender.prioritize)
+        )
+        app.router.add_post(f"{prefix}/bind", self._route("bind", self.extender.bind))
+        app.router.add_post(
+            self.config.server.webhook_path, self._route("webhook", self.webhook.review)
+        )
+        return app
+
+    # -- life cycle --------------------------------------------------------------------------------
+
+    async def start_background(self) -> None:
+        """Watches, leader election, events and repairs (no listener)."""
+        self.events.start()
+        for informer in self.informers:
+            self._tasks.append(
+                asyncio.create_task(informer.run(), name=f"watch-{informer.resource}")
+            )
+        if self.leader is not None:
+            self._tasks.append(asyncio.create_task(self.leader.run(), name="leader-election"))
+        self._tasks.append(asyncio.create_task(self._repair_loop(), name="handoff-repair"))
+
+    async def start(self) -> None:
+        """Everything, with the listeners of the configuration."""
+        server = self.config.server
+        tls = self.config.tls
+        if tls.cert_file is not None and tls.key_file is not None:
+            self.tls = CertificateReloader(tls.cert_file, tls.key_file)
+            self._tasks.append(asyncio.create_task(self._tls_loop(), name="tls-reload"))
+        await self.start_background()
+        self.ports["main"] = await self._listen(
+            self.web_app(), server.host, server.port, self.tls.context if self.tls else None
+        )
+        if server.metrics_port:
+            self.ports["metrics"] = await self._listen(
+                self.web_app(probes_only=True), server.host, server.metrics_port, None
+            )
+
+    async def _listen(
+        self, app: web.Application, host: str, port: int, context: ssl.SSLContext | None
+    ) -> int:
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, ssl_context=context)
+        await site.start()
+        self._runners.append(runner)
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def _repair_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.bind.repair_interval_s)
+            if self.ready:
+                try:
+                    await self.handoffs.repair_all()
+                except Exception:
+                    log.exception("handoff repair failed")
+
+    async def _tls_loop(self) -> None:
+        assert self.tls is not None
+        while True:
+            await asyncio.sleep(self.config.tls.reload_interval_s)
+            if self.tls.reload():
+                log.info("reloaded the TLS certificate from %s", self.tls.cert_file)
+
+    async def wait_synced(self, timeout_s: float = 30.0) -> None:
+        await asyncio.wait_for(
+            asyncio.gather(*(i.synced.wait() for i in self.informers)), timeout_s
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.events.stop()
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+
+    async def run_forever(self) -> None:
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.stop()

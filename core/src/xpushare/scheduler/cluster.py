@@ -1,0 +1,357 @@
+"""The cluster as the scheduler knows it: node inventories, pod assignments, node handoffs.
+
+Why here and not in the ledger: the ledger counts usage; this module decides *what* to count
+from the watch events of nodes and pods (DESIGN.md §7). It reads our annotations and HAMi's
+(so pods HAMi placed count during a migration), keeps a malformed annotation from ever
+crashing the process or silently freeing a slice, and tells the bind path when a node's
+handoff changes. Every method runs on the event loop and returns without awaiting, so the
+ledger is only ever changed between two awaits of the extender's handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from xpushare.codec import (
+    ASSIGNMENT_KEY,
+    HAMI_ILUVATAR_CHIPS,
+    HAMI_KEYS,
+    HANDOFF_KEY,
+    HamiSlice,
+    Handoff,
+    decode_assignment,
+    decode_hami_node_devices,
+    decode_hami_pod_devices,
+    decode_handoff,
+    decode_inventory,
+    hami_keys,
+    hami_pod_assignment,
+    vendor_of_inventory_key,
+)
+from xpushare.errors import CodecError
+from xpushare.models import Device, PodAssignment, PodRef
+from xpushare.scheduler import objects as ob
+from xpushare.scheduling import UsageLedger
+
+log = logging.getLogger(__name__)
+
+#: Called with (kind "node"/"pod", object, annotation key, message) for a bad annotation.
+Reporter = Callable[[str, ob.Object, str, str], None]
+
+# HAMi keys that embed a chip name (research/hami-protocol.md §8.1).
+_ASCEND_REGISTER = re.compile(r"^hami\.io/node-register-(Ascend[-A-Za-z0-9_.]*)$")
+_ASCEND_POD = re.compile(r"^hami\.io/(Ascend[-A-Za-z0-9_.]*)-devices-allocated$")
+
+
+def _hami_percent(vendor: str, item: HamiSlice) -> int:
+    # HAMi records compute units instead of a percent for a few vendors; more than 100 can
+    # only mean "all of it", which is what the ledger must hold to stay conservative.
+    return min(100, item.cores)
+
+
+def _older(version: str, than: str) -> bool:
+    # resourceVersions are opaque to clients, but every API server serves etcd revisions,
+    # which are integers; anything else is never judged older.
+    return version.isdigit() and than.isdigit() and int(version) < int(than)
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    name: str
+    resource_version: str = ""
+    fingerprint: tuple[object, ...] = ()
+    handoff_raw: str | None = None
+    handoff: Handoff | None = None
+    handoff_error: str | None = None
+    memory_sizes: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PodRecord:
+    key: str
+    ref: PodRef
+    node: str
+    started: bool
+    raw: tuple[str, ...] = ()
+
+
+class ClusterState:
+    """Nodes and pods from the watches, feeding a :class:`UsageLedger`."""
+
+    def __init__(self, ledger: UsageLedger, *, report: Reporter | None = None) -> None:
+        self.ledger = ledger
+        self.nodes: dict[str, NodeRecord] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self._by_name: dict[tuple[str, str], str] = {}
+        self._report = report or (lambda kind, obj, key, message: None)
+        self._memory_sizes: dict[str, Counter[int]] = {}
+        #: Called with a node name when the node's handoff annotation or version changed.
+        self.on_node_changed: list[Callable[[str], None]] = []
+        #: Called with a pod key when the pod was deleted.
+        self.on_pod_deleted: list[Callable[[str], None]] = []
+        self.nodes_synced = False
+        self.pods_synced = False
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes_synced and self.pods_synced
+
+    # -- queries -----------------------------------------------------------------------------------
+
+    def max_device_memory(self, vendor: str) -> int | None:
+        """The largest device memory of *vendor* in the cluster (MiB), None if it has none."""
+        sizes = self._memory_sizes.get(vendor)
+        return max(sizes) if sizes else None
+
+    def pod_by_name(self, namespace: str, name: str) -> PodRecord | None:
+        key = self._by_name.get((namespace, name))
+        return self.pods.get(key) if key else None
+
+    def handoff(self, node: str) -> Handoff | None:
+        record = self.nodes.get(node)
+        return record.handoff if record else None
+
+    # -- nodes -------------------------------------------------------------------------------------
+
+    def _node_devices(self, obj: ob.Object) -> list[Device]:
+        node = ob.name(obj)
+        ann = ob.annotations_of(obj)
+        devices: list[Device] = []
+        ours: set[str] = set()
+        for key in sorted(ann):
+            vendor = vendor_of_inventory_key(key)
+            if vendor is None:
+                continue
+            try:
+                inventory = decode_inventory(key, ann[key])
+                if inventory.node != node:
+                    raise CodecError(
+                        f"annotation {key!r} of node {node!r} holds the inventory of node "
+                        f"{inventory.node!r} (copied from another node?); the node agent "
+                        "rewrites it on its next pass"
+                    )
+            except CodecError as exc:
+                self._report("node", obj, key, str(exc))
+                ours.add(vendor)  # a broken inventory of ours is not replaced by HAMi's
+                continue
+            ours.add(vendor)
+            devices.extend(inventory.devices)
+        for vendor, key, fmt in self._hami_register_keys(ann):
+            if vendor in ours or fmt not in ("json", "legacy"):
+                continue
+            try:
+                devices.extend(decode_hami_node_devices(ann[key], vendor, key=key, node=node))
+            except CodecError as exc:
+                self._report("node", obj, key, str(exc))
+        return devices
+
+    @staticmethod
+    def _hami_register_keys(ann: dict[str, str]) -> Iterable[tuple[str, str, str | None]]:
+        for vendor, keys in HAMI_KEYS.items():
+            if keys.register and keys.register in ann:
+                yield vendor, keys.register, keys.register_format
+        for chip in HAMI_ILUVATAR_CHIPS:
+            keys = hami_keys("iluvatar", chip)
+            if keys.register and keys.register in ann:
+                yield "iluvatar", keys.register, keys.register_format
+        for key in ann:
+            if _ASCEND_REGISTER.match(key):
+                yield "ascend", key, "json"
+
+    def _fingerprint(self, obj: ob.Object) -> tuple[object, ...]:
+        ann = ob.annotations_of(obj)
+        relevant = tuple(
+            sorted(
+                (k, v)
+                for k, v in ann.items()
+                if k.startswith("xpushare.io/inventory-")
+                or k.startswith("hami.io/node-")
+                or k == "metax-tech.com/node-gpu-devices"
+            )
+        )
+        return (relevant, tuple(sorted(ob.labels_of(obj).items())))
+
+    def apply_node(self, obj: ob.Object) -> None:
+        """A node was added or changed."""
+        name = ob.name(obj)
+        if not name:
+            return
+        record = self.nodes.get(name)
+        if record is None:
+            record = self.nodes[name] = NodeRecord(name)
+        version = ob.resource_version(obj)
+        if _older(version, record.resource_version):
+            # Our own patch already applied a newer state; a late watch event must not
+            # bring the old handoff back.
+            return
+        record.resource_version = version
+        fingerprint = self._fingerprint(obj)
+        if fingerprint != record.fingerprint or self.ledger.node(name) is None:
+            record.fingerprint = fingerprint
+            devices = self._node_devices(obj)
+            self._set_sizes(record, [(d.vendor, d.memory_mib) for d in devices])
+            self.ledger.set_node(name, devices, labels=ob.labels_of(obj))
+        raw = ob.annotations_of(obj).get(HANDOFF_KEY)
+        if raw != record.handoff_raw:
+            record.handoff_raw = raw
+            record.handoff = None
+            record.handoff_error = None
+            if raw is not None:
+                try:
+                    record.handoff = decode_handoff(raw, node=name)
+                except CodecError as exc:
+                    record.handoff_error = str(exc)
+                    self._report("node", obj, HANDOFF_KEY, str(exc))
+        for callback in self.on_node_changed:
+            callback(name)
+
+    def delete_node(self, obj: ob.Object) -> None:
+        name = ob.name(obj)
+        record = self.nodes.pop(name, None)
+        if record is not None:
+            self._set_sizes(record, [])
+        self.ledger.remove_node(name)
+        for callback in self.on_node_changed:
+            callback(name)
+
+    def replace_nodes(self, items: Iterable[ob.Object]) -> None:
+        """The whole node list (after a relist): nodes missing from it are gone."""
+        seen = set()
+        for obj in items:
+            seen.add(ob.name(obj))
+            self.apply_node(obj)
+        for name in [n for n in self.nodes if n not in seen]:
+            self.delete_node({"metadata": {"name": name}})
+        self.nodes_synced = True
+
+    def _set_sizes(self, record: NodeRecord, sizes: list[tuple[str, int]]) -> None:
+        for vendor, size in record.memory_sizes:
+            counter = self._memory_sizes[vendor]
+            counter[size] -= 1
+            if counter[size] <= 0:
+                del counter[size]
+        for vendor, size in sizes:
+            self._memory_sizes.setdefault(vendor, Counter())[size] += 1
+        record.memory_sizes = sizes
+
+    # -- pods --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _hami_pod_keys(ann: dict[str, str]) -> list[tuple[str, str]]:
+        found = [
+            (vendor, keys.allocated) for vendor, keys in HAMI_KEYS.items() if keys.allocated in ann
+        ]
+        for chip in HAMI_ILUVATAR_CHIPS:
+            keys = hami_keys("iluvatar", chip)
+            if keys.allocated in ann:
+                found.append(("iluvatar", keys.allocated))
+        found.extend(("ascend", key) for key in ann if _ASCEND_POD.match(key))
+        return found
+
+    def pod_assignment(self, obj: ob.Object) -> PodAssignment | None:
+        """What a pod holds on its node, from our annotation or HAMi's; CodecError if bad."""
+        if ob.phase(obj) in ob.FINISHED_PHASES:
+            return None
+        ann = ob.annotations_of(obj)
+        who = f"{ob.namespace(obj)}/{ob.name(obj)}"
+        node = ob.node_name(obj)
+        if ASSIGNMENT_KEY in ann:
+            if not node:
+                # Not bound: our bind writes the annotation and the node in one write, so
+                # this is a copy (e.g. a pod re-created from `kubectl get -o yaml`).
+                return None
+            assignment = decode_assignment(ann[ASSIGNMENT_KEY], pod=who)
+            if assignment.node != node:
+                raise CodecError(
+                    f"annotation {ASSIGNMENT_KEY!r} of pod {who!r} names node "
+                    f"{assignment.node!r} but the pod is bound to node {node!r}; its devices "
+                    "are not counted: delete the pod so it is scheduled again"
+                )
+            return assignment
+        hami = self._hami_pod_keys(ann)
+        if not hami:
+            return None
+        node = node or ann.get("hami.io/vgpu-node", "")
+        if not node:
+            return None
+        decoded = {
+            vendor: decode_hami_pod_devices(ann[key], vendor, key=key, pod=who)
+            for vendor, key in hami
+        }
+        names = [str(c.get("name", "")) for c, init, _ in ob.containers(obj) if not init]
+        inits = [str(c.get("name", "")) for c, init, _ in ob.containers(obj) if init]
+        return hami_pod_assignment(node, decoded, names, inits, pod=who, to_percent=_hami_percent)
+
+    def _raw(self, obj: ob.Object) -> tuple[str, ...]:
+        ann = ob.annotations_of(obj)
+        parts = [ob.phase(obj), ob.node_name(obj), ann.get(ASSIGNMENT_KEY, "")]
+        if any(k.startswith("hami.io/") for k in ann):
+            parts.extend(f"{k}={v}" for k, v in sorted(ann.items()) if k.startswith("hami.io/"))
+        return tuple(parts)
+
+    def apply_pod(self, obj: ob.Object) -> None:
+        """A pod was added or changed."""
+        key = ob.pod_key(obj)
+        record = self.pods.get(key)
+        raw = self._raw(obj)
+        if record is not None and record.raw == raw:
+            record.started = ob.started(obj)
+            return
+        try:
+            assignment = self.pod_assignment(obj)
+        except (CodecError, ValueError) as exc:
+            self._report("pod", obj, ASSIGNMENT_KEY, str(exc))
+            # Keep what was counted: freeing a slice because someone garbled an annotation
+            # would let another pod have it while this one still runs on it.
+            if record is not None:
+                record.raw = raw
+            return
+        entry = self.ledger.entry(key)
+        if assignment is None:
+            finished = ob.phase(obj) in ob.FINISHED_PHASES
+            if entry is not None and (finished or not entry.reserved):
+                self.ledger.remove(key)
+            self._forget(key)
+            return
+        if entry is None or entry.reserved or entry.assignment != assignment:
+            self.ledger.add(key, assignment)
+        if record is None:
+            record = PodRecord(key, ob.pod_ref(obj), assignment.node, ob.started(obj))
+            self.pods[key] = record
+            self._by_name[(record.ref.namespace, record.ref.name)] = key
+        record.node = assignment.node
+        record.started = ob.started(obj)
+        record.raw = raw
+
+    def _forget(self, key: str) -> None:
+        record = self.pods.pop(key, None)
+        if record is not None:
+            self._by_name.pop((record.ref.namespace, record.ref.name), None)
+
+    def delete_pod(self, obj: ob.Object) -> None:
+        key = ob.pod_key(obj)
+        self.ledger.remove(key)
+        self._forget(key)
+        for callback in self.on_pod_deleted:
+            callback(key)
+
+    def replace_pods(self, items: Iterable[ob.Object]) -> None:
+        """The whole pod list (after a relist): bound pods missing from it are gone.
+
+        Reservations stay: their bind is in flight and settles them itself.
+        """
+        seen = set()
+        for obj in items:
+            seen.add(ob.pod_key(obj))
+            self.apply_pod(obj)
+        for entry in list(self.ledger.entries()):
+            if entry.key not in seen and not entry.reserved:
+                self.ledger.remove(entry.key)
+                self._forget(entry.key)
+                for callback in self.on_pod_deleted:
+                    callback(entry.key)
+        self.pods_synced = True

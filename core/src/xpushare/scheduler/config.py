@@ -1,0 +1,238 @@
+"""The scheduler's configuration: a YAML file, then ``XPUSHARE_SCHEDULER__*`` variables, then flags.
+
+Why one validated model: the scheduler runs as a Deployment whose settings come from a
+ConfigMap, the pod's environment and the container's arguments; a typo in any of them must
+stop the process at start with a message that names the setting and the source, not show up
+as odd behaviour at the first pod. Later sources override earlier ones field by field.
+
+Environment variables name a setting by its path with ``__`` between the parts, e.g.
+``XPUSHARE_SCHEDULER__BIND__WAIT_S=5``; list values are comma-separated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from xpushare.errors import XpushareError
+from xpushare.placement import PlacementConfig
+
+ENV_PREFIX = "XPUSHARE_SCHEDULER__"
+
+#: The apiserver caps request bodies at 3 MiB and controller-runtime's webhooks use the same
+#: cap (research/perf-reliability.md §4 item 7), so no legitimate AdmissionReview or
+#: nodeCacheCapable ExtenderArgs is larger.
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+
+
+class ConfigError(XpushareError):
+    """The configuration is invalid; the message names the setting and what to do."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    host: str = "0.0.0.0"
+    #: HTTPS port of the extender and the webhook (a Service maps 443 to it).
+    port: int = Field(default=8443, ge=0, le=65535)
+    #: Plain-HTTP port for /metrics, /healthz and /readyz (0: serve them on the main port only).
+    metrics_port: int = Field(default=9395, ge=0, le=65535)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    #: Prefix of the extender's routes: kube-scheduler calls ``urlPrefix + "/" + verb``.
+    extender_prefix: str = ""
+    webhook_path: str = "/mutate"
+
+
+class TLSConfig(_Section):
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    #: How often the files are checked for a rotated certificate (cert-manager, a Secret).
+    reload_interval_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _both(self) -> TLSConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("tls.cert_file and tls.key_file must be given together")
+        return self
+
+
+class KubeConfig(_Section):
+    #: A kubeconfig file; unset: the in-cluster service account, then ~/.kube/config.
+    kubeconfig: Path | None = None
+    context: str | None = None
+    #: A server URL used without credentials (tests, kubectl proxy).
+    server: str | None = None
+    #: A watch is restarted from its last version after this many seconds (the server ends
+    #: idle watches after 5-10 minutes anyway; we ask for less so stalls are noticed).
+    watch_timeout_s: int = Field(default=290, ge=1)
+    request_timeout_s: float = Field(default=10.0, gt=0)
+
+
+class BindConfig(_Section):
+    #: How long /bind waits for the node's previous handoff before giving up (DESIGN.md §6).
+    #: Below kube-scheduler's httpTimeout (15 s in the example configuration).
+    wait_s: float = Field(default=10.0, gt=0, le=60)
+    #: Lifetime of a handoff: well under a minute (DESIGN.md §6); Allocate follows a bind
+    #: within a second or two on a healthy node.
+    handoff_ttl_s: float = Field(default=20.0, gt=0, le=120)
+    #: How often stale handoffs (expired, pod gone, pod already running) are repaired.
+    repair_interval_s: float = Field(default=2.0, gt=0)
+    #: Conflicting handoff writes (another writer changed the node) are retried this often.
+    conflict_retries: int = Field(default=5, ge=0)
+
+
+class WebhookConfig(_Section):
+    #: Namespaces whose pods may set the isolation-bypass environment variables below.
+    bypass_namespaces: tuple[str, ...] = ()
+    #: Environment variables that switch in-container isolation off or around
+    #: (research/hami-protocol.md §7.1, perf-reliability.md §4): '*' matches any suffix.
+    bypass_env: tuple[str, ...] = (
+        "CUDA_DISABLE_CONTROL",
+        "CUDA_DEVICE_MEMORY_LIMIT*",
+        "CUDA_DEVICE_SM_LIMIT*",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+        "CUDA_OVERSUBSCRIBE",
+        "CUDA_REDIRECT",
+        "GPU_CORE_UTILIZATION_POLICY",
+        "NVIDIA_VISIBLE_DEVICES",
+        "LD_PRELOAD",
+    )
+    #: Refuse privileged containers in pods that ask for managed devices (they see every
+    #: device of the node).
+    deny_privileged: bool = True
+    #: A request for whole devices with neither memory nor compute becomes exclusive.
+    whole_device_exclusive: bool = True
+
+
+class LeaderConfig(_Section):
+    enabled: bool = True
+    namespace: str = "kube-system"
+    name: str = "xpushare-scheduler"
+    #: client-go's component defaults (research/k8s-apis.md §7.1).
+    lease_duration_s: float = Field(default=15.0, gt=0)
+    renew_deadline_s: float = Field(default=10.0, gt=0)
+    retry_period_s: float = Field(default=2.0, gt=0)
+    identity: str | None = None
+
+    @model_validator(mode="after")
+    def _order(self) -> LeaderConfig:
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                "leader election needs retry_period_s < renew_deadline_s < lease_duration_s, got "
+                f"{self.retry_period_s} / {self.renew_deadline_s} / {self.lease_duration_s}"
+            )
+        return self
+
+
+class SchedulerConfig(_Section):
+    #: The schedulerName the webhook sets and the events carry.
+    scheduler_name: str = "xpushare-scheduler"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    server: ServerConfig = ServerConfig()
+    tls: TLSConfig = TLSConfig()
+    kube: KubeConfig = KubeConfig()
+    #: Policy, device order and over-commit: the same model the simulator and `xpushare fit`
+    #: take, so the cluster runs the policy that was measured offline.
+    placement: PlacementConfig = PlacementConfig()
+    bind: BindConfig = BindConfig()
+    webhook: WebhookConfig = WebhookConfig()
+    leader: LeaderConfig = LeaderConfig()
+    #: Per-vendor plugin configuration (``vendors.<name>``), handed to the plugin host.
+    vendors: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+def _set_path(target: dict[str, Any], path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        child = target.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"setting {'.'.join(path)}: {part} is not a section")
+        target = child
+    target[path[-1]] = value
+
+
+def _field_kind(path: list[str]) -> Any:
+    model: Any = SchedulerConfig
+    annotation: Any = None
+    for part in path:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return None
+        annotation = fields[part].annotation
+        model = annotation
+    return annotation
+
+
+def _coerce(path: list[str], raw: str) -> Any:
+    # Lists and dicts from a flat string: "a,b" and "nvidia=1.5,*=1".
+    text = str(raw)
+    kind = str(_field_kind(path))
+    if "tuple" in kind or "list" in kind:
+        return [p.strip() for p in text.split(",") if p.strip()]
+    if "dict" in kind:
+        out: dict[str, str] = {}
+        for item in text.split(","):
+            if not item.strip():
+                continue
+            if "=" not in item:
+                raise ConfigError(f"setting {'.'.join(path)}: {item!r} is not key=value")
+            key, value = item.split("=", 1)
+            out[key.strip()] = value.strip()
+        return out
+    return text
+
+
+def load_config(
+    file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> SchedulerConfig:
+    """The configuration from *file*, then *environ*, then *overrides* (dotted keys)."""
+    data: dict[str, Any] = {}
+    if file is not None:
+        try:
+            loaded = yaml.safe_load(Path(file).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read the configuration file {file}: {exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"configuration file {file} is not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"configuration file {file} must hold a mapping of settings")
+        data = loaded or {}
+    env = os.environ if environ is None else environ
+    for name, value in sorted(env.items()):
+        if name.startswith(ENV_PREFIX):
+            path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
+            if path:
+                _set_path(data, path, _coerce(path, value))
+    for dotted, value in (overrides or {}).items():
+        path = dotted.split(".")
+        _set_path(data, path, _coerce(path, value) if isinstance(value, str) else value)
+    try:
+        return SchedulerConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False, include_input=False):
+            where = ".".join(str(p) for p in err["loc"]) or "configuration"
+            problems.append(f"{where}: {str(err['msg']).removeprefix('Value error, ')}")
+        sources = ", ".join(
+            s
+            for s, used in (
+                (f"file {file}", file is not None),
+                (f"{ENV_PREFIX}* variables", any(k.startswith(ENV_PREFIX) for k in env)),
+                ("command-line flags", bool(overrides)),
+            )
+            if used
+        )
+        raise ConfigError(
+            "invalid scheduler configuration"
+            + (f" (from {sources})" if sources else "")
+            + ": "
+            + "; ".join(problems)
+        ) from exc

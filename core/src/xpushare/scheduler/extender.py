@@ -1,0 +1,383 @@
+"""kube-scheduler's extender verbs: /filter, /prioritize and /bind (research/k8s-apis.md §3).
+
+Why each verb looks the way it does:
+
+* ``/filter`` and ``/prioritize`` read the in-memory ledger only: no API call, no rebuild, so
+  they cost microseconds per node inside kube-scheduler's serial cycle. A node turned down
+  for good (no devices of the vendor, fewer devices than asked) goes to
+  ``FailedAndUnresolvableNodes`` so preemption does not try it; a node that is only full
+  goes to ``FailedNodes``. Every message is the sentence a user can act on.
+* ``/bind`` decides the devices on the node kube-scheduler chose and reserves them at once
+  (no await between the decision and the reservation, so two binds can never get one slice),
+  waits for the node's handoff, and writes the assignment and the Binding in one request.
+  Whatever fails gives the reservation and the handoff back.
+
+Handlers take and return plain JSON values; the HTTP layer (``app.py``) does the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from xpushare.codec import ASSIGNMENT_KEY, encode_assignment
+from xpushare.errors import CodecError, PluginError
+from xpushare.models import FitReason, PodAssignment, PodRef, PodView
+from xpushare.placement import NoFit, Placer
+from xpushare.scheduler import objects as ob
+from xpushare.scheduler.events import EventRecorder, ObjectRef
+from xpushare.scheduler.handoff import HandoffAborted, HandoffManager, HandoffTimeout
+from xpushare.scheduler.kube import Kube, KubeError, NotFound
+
+if TYPE_CHECKING:
+    from xpushare.plugins import PluginHost
+    from xpushare.scheduler.cluster import ClusterState
+    from xpushare.scheduler.metrics import SchedulerMetrics
+    from xpushare.scheduling import PodRequest
+
+log = logging.getLogger(__name__)
+
+#: kube-scheduler's extender score range (MinExtenderPriority..MaxExtenderPriority).
+MAX_EXTENDER_SCORE = 10
+
+#: Reasons preemption cannot fix: the node lacks the devices, not free room on them.
+UNRESOLVABLE = frozenset({FitReason.NO_DEVICES, FitReason.TOO_FEW_DEVICES})
+
+#: Pods remembered between /filter and /bind, so /bind needs no GET in the normal case.
+POD_CACHE_SIZE = 4096
+
+NOT_SYNCED = (
+    "xpushare has not finished reading the nodes and pods from the API server yet; "
+    "kube-scheduler retries the pod shortly"
+)
+NOT_LEADER = (
+    "this xpushare replica is not the leader; the Service should route to the leader only "
+    "(check the readiness probe)"
+)
+
+
+class BadRequest(ValueError):
+    """The request body is not the shape kube-scheduler sends; the message says why."""
+
+
+@dataclass
+class _Parsed:
+    pod: ob.Object
+    view: PodView
+    request: PodRequest | None
+    error: str = ""
+
+
+def _assignment_text(assignment: PodAssignment) -> str:
+    parts = []
+    for c in assignment.containers:
+        devices = ", ".join(
+            f"{s.device_id} ({s.memory_mib} MiB, {s.compute_percent}% compute"
+            + (", exclusive" if s.exclusive else "")
+            + ")"
+            for s in c.devices
+        )
+        kind = "init container" if c.init else "container"
+        parts.append(f"{kind} {c.container}: {c.vendor} {devices}")
+    return "; ".join(parts)
+
+
+class Extender:
+    """The three verbs, over the cluster state and the placement engine."""
+
+    def __init__(
+        self,
+        *,
+        placer: Placer,
+        host: PluginHost,
+        cluster: ClusterState,
+        kube: Kube,
+        handoffs: HandoffManager,
+        events: EventRecorder,
+        metrics: SchedulerMetrics,
+        bind_wait_s: float,
+        is_leader: Any = None,
+    ) -> None:
+        self.placer = placer
+        self.host = host
+        self.cluster = cluster
+        self.ledger = cluster.ledger
+        self.kube = kube
+        self.handoffs = handoffs
+        self.events = events
+        self.metrics = metrics
+        self.bind_wait_s = bind_wait_s
+        self._is_leader = is_leader or (lambda: True)
+        self._pods: OrderedDict[str, ob.Object] = OrderedDict()
+        self._aborts: dict[str, asyncio.Event] = {}
+        cluster.on_pod_deleted.append(self._pod_deleted)
+
+    # -- shared ------------------------------------------------------------------------------------
+
+    def _pod_deleted(self, key: str) -> None:
+        self._pods.pop(key, None)
+        flag = self._aborts.get(key)
+        if flag is not None:
+            flag.set()
+
+    def _remember(self, pod: ob.Object) -> None:
+        key = ob.pod_key(pod)
+        self._pods[key] = pod
+        self._pods.move_to_end(key)
+        while len(self._pods) > POD_CACHE_SIZE:
+            self._pods.popitem(last=False)
+
+    def _parse(self, pod: Any) -> _Parsed:
+        if not isinstance(pod, dict):
+            raise BadRequest("the extender arguments carry no Pod object")
+        try:
+            view = ob.pod_view(pod)
+        except ValueError as exc:
+            raise BadRequest(f"the Pod is malformed: {exc}") from None
+        try:
+            request = self.placer.request(view)
+        except ValueError as exc:
+            return _Parsed(pod, view, None, str(exc))
+        return _Parsed(pod, view, request)
+
+    def _not_ready(self) -> str:
+        if not self._is_leader():
+            return NOT_LEADER
+        if not self.cluster.synced:
+            return NOT_SYNCED
+        return ""
+
+    @staticmethod
+    def _candidates(args: dict[str, Any]) -> tuple[list[str], list[ob.Object] | None]:
+        names = args.get("NodeNames")
+        if names is not None:
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise BadRequest("NodeNames must be a list of node names")
+            return names, None
+        nodes = args.get("Nodes")
+        if isinstance(nodes, dict):
+            items = nodes.get("items") or []
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise BadRequest("Nodes.items must be a list of Node objects")
+            return [ob.name(i) for i in items], items
+        if nodes is None:
+            return [], None
+        raise BadRequest("Nodes must be a NodeList object")
+
+    # -- /filter -----------------------------------------------------------------------------------
+
+    def filter(self, args: dict[str, Any]) -> dict[str, Any]:
+        names, items = self._candidates(args)
+        parsed = self._parse(args.get("Pod"))
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+
+        def answer(fits: list[str], error: str = "") -> dict[str, Any]:
+            if items is None:
+                return {
+                    "Nodes": None,
+                    "NodeNames": fits,
+                    "FailedNodes": failed,
+                    "FailedAndUnresolvableNodes": unresolvable,
+                    "Error": error,
+                }
+            keep = set(fits)
+            return {
+                "Nodes": {"metadata": {}, "items": [i for i in items if ob.name(i) in keep]},
+                "NodeNames": None,
+                "FailedNodes": failed,
+                "FailedAndUnresolvableNodes": unresolvable,
+                "Error": error,
+            }
+
+        if parsed.request is None:
+            message = f"the pod's device request is invalid: {parsed.error}"
+            unresolvable.update(dict.fromkeys(names, message))
+            self.metrics.decisions.labels(verb="filter", result="invalid").inc()
+            self._event(parsed.pod, "Warning", "InvalidDeviceRequest", message)
+            return answer([])
+        request = parsed.request
+        if not request.wants_devices:
+            self.metrics.decisions.labels(verb="filter", result="pass").inc()
+            return answer(names)
+        not_ready = self._not_ready()
+        if not_ready:
+            self.metrics.decisions.labels(verb="filter", result="error").inc()
+            return answer([], not_ready)
+        self._remember(parsed.pod)
+        result = self.placer.filter(request, names)
+        tally: dict[str, int] = {}
+        for name, message in result.failed.items():
+            state = self.ledger.node(name)
+            reason = (
+                self.placer.verdict(state, request)[2]
+                if state is not None
+                else FitReason.NO_DEVICES
+            )
+            (unresolvable if reason in UNRESOLVABLE else failed)[name] = message
+            label = reason.name.lower() if isinstance(reason, FitReason) else "other"
+            tally[label] = tally.get(label, 0) + 1
+        for label, n in tally.items():
+            self.metrics.failures.labels(verb="filter", reason=label).inc(n)
+        if result.fits:
+            self.metrics.decisions.labels(verb="filter", result="fit").inc()
+        else:
+            self.metrics.decisions.labels(verb="filter", result="nofit").inc()
+            self._event(
+                parsed.pod,
+                "Warning",
+                "NoDeviceFit",
+                f"no node has the devices this pod asks for ({request.describe()}): "
+                + result.explain(),
+            )
+        return answer(result.fits)
+
+    # -- /prioritize -------------------------------------------------------------------------------
+
+    def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        names, _ = self._candidates(args)
+        parsed = self._parse(args.get("Pod"))
+        scores: dict[str, float] = {}
+        if parsed.request is not None and parsed.request.wants_devices and not self._not_ready():
+            scores = self.placer.prioritize(parsed.request, names)
+        self.metrics.decisions.labels(verb="prioritize", result="scored").inc()
+        return [
+            {
+                "Host": name,
+                "Score": round(scores.get(name, 0.0) * MAX_EXTENDER_SCORE / 100),
+            }
+            for name in names
+        ]
+
+    # -- /bind -------------------------------------------------------------------------------------
+
+    def _event(self, pod: Any, type_: str, reason: str, message: str) -> None:
+        self.events.record(
+            ObjectRef("Pod", ob.namespace(pod), ob.name(pod), ob.uid(pod)), type_, reason, message
+        )
+
+    def _bind_failed(self, pod: Any, reason: str, message: str) -> dict[str, Any]:
+        self.metrics.failures.labels(verb="bind", reason=reason).inc()
+        self.metrics.decisions.labels(verb="bind", result="failed").inc()
+        self._event(pod, "Warning", "FailedDeviceBinding", message)
+        return {"Error": message}
+
+    async def bind(self, args: dict[str, Any]) -> dict[str, Any]:
+        fields = {k: args.get(k) for k in ("PodName", "PodNamespace", "PodUID", "Node")}
+        for key in ("PodName", "Node"):
+            if not isinstance(fields[key], str) or not fields[key]:
+                raise BadRequest(f"{key} must be a non-empty string")
+        name, node = str(fields["PodName"]), str(fields["Node"])
+        namespace = str(fields["PodNamespace"] or "default")
+        uid = fields["PodUID"] if isinstance(fields["PodUID"], str) else ""
+        stub = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
+        not_ready = self._not_ready()
+        if not_ready:
+            return self._bind_failed(stub, "not-ready", not_ready)
+        key = uid or f"{namespace}/{name}"
+        pod = self._pods.get(key)
+        if pod is None:
+            try:
+                pod = await self.kube.get_pod(namespace, name)
+            except NotFound:
+                return self._bind_failed(stub, "pod-not-found", f"pod {namespace}/{name} not found")
+            except KubeError as exc:
+                return self._bind_failed(stub, "api-error", str(exc))
+            if uid and ob.uid(pod) != uid:
+                return self._bind_failed(
+                    stub,
+                    "pod-not-found",
+                    f"pod {namespace}/{name} was re-created (uid {ob.uid(pod)}, not {uid})",
+                )
+        try:
+            parsed = self._parse(pod)
+        except BadRequest as exc:
+            return self._bind_failed(stub, "invalid-request", str(exc))
+        if parsed.request is None:
+            return self._bind_failed(pod, "invalid-request", parsed.error)
+        return await self._bind(pod, parsed, key, node)
+
+    async def _bind(self, pod: ob.Object, parsed: _Parsed, key: str, node: str) -> dict[str, Any]:
+        assert parsed.request is not None
+        request = parsed.request
+        ref = PodRef(namespace=ob.namespace(pod), name=ob.name(pod), uid=ob.uid(pod))
+        if not request.wants_devices:
+            try:
+                await self.kube.bind(ref.namespace, ref.name, ref.uid, node, {})
+            except KubeError as exc:
+                return self._bind_failed(pod, "api-error", str(exc))
+            self.metrics.decisions.labels(verb="bind", result="bound").inc()
+            return {"Error": ""}
+        entry = self.ledger.entry(key)
+        if entry is not None and not entry.reserved:
+            if entry.node == node:
+                # A retried bind of a pod that is bound already (its first answer was lost).
+                return {"Error": ""}
+            return self._bind_failed(
+                pod, "already-bound", f"pod {ref} is already bound to node {entry.node}"
+            )
+        if entry is not None:
+            return self._bind_failed(
+                pod, "in-progress", f"a bind of pod {ref} is already in progress; retry later"
+            )
+        # Decide and reserve with no await in between: nobody else can take these slices.
+        try:
+            assignment = self.placer.decide(request, node)
+        except NoFit as exc:
+            return self._bind_failed(pod, "no-fit", f"pod {ref} does not fit: {exc}")
+        except PluginError as exc:
+            return self._bind_failed(pod, "plugin-error", str(exc))
+        self.ledger.reserve(key, assignment)
+        self.metrics.reservations.inc()
+        abort = self._aborts[key] = asyncio.Event()
+        self.handoffs.in_flight.add(key)
+        wrote_handoff = False
+        try:
+            annotations = self._annotations(parsed.view, assignment, ref)
+            loop = asyncio.get_running_loop()
+            await self.handoffs.acquire(
+                node,
+                ref,
+                tuple(sorted(assignment.vendors())),
+                deadline=loop.time() + self.bind_wait_s,
+                aborted=abort.is_set,
+            )
+            wrote_handoff = True
+            if abort.is_set():
+                raise HandoffAborted(f"pod {ref} was deleted while it was being bound")
+            await self.kube.bind(ref.namespace, ref.name, ref.uid, node, annotations)
+        except (HandoffTimeout, HandoffAborted, KubeError, CodecError, PluginError) as exc:
+            self.ledger.release(key)
+            if wrote_handoff:
+                await self.handoffs.release(node, ref)
+            reason = {
+                HandoffTimeout: "handoff-timeout",
+                HandoffAborted: "pod-deleted",
+                CodecError: "codec-error",
+                PluginError: "plugin-error",
+            }.get(type(exc), "api-error")
+            return self._bind_failed(pod, reason, f"binding pod {ref} to node {node}: {exc}")
+        finally:
+            self.metrics.reservations.dec()
+            self._aborts.pop(key, None)
+            self.handoffs.in_flight.discard(key)
+            self._pods.pop(key, None)
+        self.ledger.confirm(key)
+        self.metrics.decisions.labels(verb="bind", result="bound").inc()
+        self._event(
+            pod, "Normal", "DevicesAssigned", f"node {node}: {_assignment_text(assignment)}"
+        )
+        return {"Error": ""}
+
+    def _annotations(self, view: PodView, assignment: PodAssignment, ref: PodRef) -> dict[str, str]:
+        annotations = {ASSIGNMENT_KEY: encode_assignment(assignment, pod=str(ref))}
+        for vendor in sorted(assignment.vendors()):
+            handle = self.host.vendors.get(vendor)
+            if handle is None:
+                continue
+            extra = handle.patch_annotations(pod=view, assignment=assignment, taken=annotations)
+            annotations.update(extra)
+        return annotations

@@ -1,0 +1,283 @@
+"""The scheduler's only door to the API server, over the official client's asyncio API.
+
+Why this shape: the issue mandates the official ``kubernetes`` client, and its
+``kubernetes.aio`` package keeps every call on the event loop, next to the usage ledger, so
+no thread ever touches scheduler state. Its ``*_without_preload_content`` methods give the
+raw response: we read the JSON ourselves instead of building the client's pydantic models,
+which costs milliseconds per pod list item and per watch event at cluster scale, and we map
+failures to our own exceptions in one place (a client upgrade touches this module only).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from xpushare.errors import XpushareError
+
+log = logging.getLogger(__name__)
+
+Resource = Literal["nodes", "pods"]
+Object = dict[str, Any]
+
+#: Items per page of a list: the apiserver's own default chunk for informers (client-go
+#: reflector uses 500) keeps a 50,000-pod relist from holding one huge response.
+LIST_PAGE = 500
+
+
+class KubeError(XpushareError):
+    """A request to the API server failed; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str, *, what: str = "") -> None:
+        text = f"{what}: " if what else ""
+        super().__init__(
+            f"{text}API server answered {status}: {message}" if status else f"{text}{message}"
+        )
+        self.status = status
+        self.message = message
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+class Gone(KubeError):
+    pass
+
+
+def _error(status: int, body: bytes, what: str) -> KubeError:
+    message = body.decode("utf-8", "replace")[:500]
+    try:
+        data = json.loads(body)
+        if isinstance(data, dict) and data.get("message"):
+            message = str(data["message"])
+    except ValueError:
+        pass
+    cls = {404: NotFound, 409: Conflict, 410: Gone}.get(status, KubeError)
+    return cls(status, message, what=what)
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    kubeconfig: Path | None = None
+    context: str | None = None
+    server: str | None = None
+    request_timeout_s: float = 10.0
+
+
+class Kube:
+    """The calls the scheduler makes, each returning plain JSON objects."""
+
+    def __init__(self, api_client: Any, *, request_timeout_s: float = 10.0) -> None:
+        from kubernetes.aio import client
+
+        self._api_client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._coordination = client.CoordinationV1Api(api_client)
+        self._timeout = request_timeout_s
+
+    @classmethod
+    async def connect(cls, settings: KubeSettings) -> Kube:
+        """A client from a server URL, a kubeconfig, or the in-cluster service account."""
+        from kubernetes.aio import client, config
+
+        if settings.server:
+            configuration = client.Configuration(host=settings.server.rstrip("/"))
+        else:
+            configuration = client.Configuration()
+            try:
+                if settings.kubeconfig is not None:
+                    raise config.ConfigException("kubeconfig given")
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                await config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
+                    context=settings.context,
+                    client_configuration=configuration,
+                )
+        return cls(client.ApiClient(configuration), request_timeout_s=settings.request_timeout_s)
+
+    async def close(self) -> None:
+        await self._api_client.close()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def _json(self, call: Any, what: str, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("_request_timeout", self._timeout)
+        try:
+            response = await call(*args, **kwargs)
+        except KubeError:
+            raise
+        except Exception as exc:  # connection refused, TLS, timeout, client-side validation
+            raise KubeError(0, f"{type(exc).__name__}: {exc}", what=what) from exc
+        try:
+            body = await response.read()
+        except Exception as exc:
+            raise KubeError(0, f"reading the answer failed: {exc}", what=what) from exc
+        finally:
+            response.release()
+        if response.status >= 300:
+            raise _error(response.status, body, what)
+        return json.loads(body) if body else None
+
+    # -- list and watch ------------------------------------------------------------------------
+
+    def _lister(self, resource: Resource) -> Any:
+        if resource == "nodes":
+            return self._core.list_node_without_preload_content
+        return self._core.list_pod_for_all_namespaces_without_preload_content
+
+    async def list(self, resource: Resource) -> tuple[list[Object], str]:
+        """Every object of *resource* and the list's resourceVersion (paged)."""
+        items: list[Object] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE}
+            if token:
+                kwargs["_continue"] = token
+            page = await self._json(self._lister(resource), f"list {resource}", **kwargs)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    async def watch(
+        self, resource: Resource, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[Object]:
+        """Watch events after *resource_version* until the server ends the stream.
+
+        An ``ERROR`` event is raised as the KubeError it carries (``Gone`` for 410).
+        """
+        what = f"watch {resource}"
+        try:
+            response = await self._lister(resource)(
+                watch=True,
+                resource_version=resource_version,
+                timeout_seconds=timeout_s,
+                allow_watch_bookmarks=True,
+                _request_timeout=timeout_s + 30,
+            )
+        except Exception as exc:
+            raise KubeError(0, f"{type(exc).__name__}: {exc}", what=what) from exc
+        try:
+            if response.status >= 300:
+                raise _error(response.status, await response.read(), what)
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    obj = event.get("object") or {}
+                    raise _error(int(obj.get("code") or 500), json.dumps(obj).encode(), what)
+                yield event
+        finally:
+            response.release()
+
+    # -- objects ---------------------------------------------------------------------------------
+
+    async def get_node(self, name: str) -> Object:
+        result: Object = await self._json(
+            self._core.read_node_without_preload_content, f"get node {name}", name
+        )
+        return result
+
+    async def get_pod(self, namespace: str, name: str) -> Object:
+        result: Object = await self._json(
+            self._core.read_namespaced_pod_without_preload_content,
+            f"get pod {namespace}/{name}",
+            name,
+            namespace,
+        )
+        return result
+
+    async def patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], *, resource_version: str | None
+    ) -> Object:
+        """JSON merge patch of a node's annotations; with *resource_version*, compare-and-swap.
+
+        A stale version raises :class:`Conflict` (research/k8s-apis.md §7.3).
+        """
+        meta: Object = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        result: Object = await self._json(
+            self._core.patch_node_without_preload_content,
+            f"patch node {name}",
+            name,
+            {"metadata": meta},
+            _content_type="application/merge-patch+json",
+        )
+        return result
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        """Bind a pod with its annotations in one write (research/k8s-apis.md §7.4)."""
+        meta: Object = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self._json(
+            self._core.create_namespaced_pod_binding_without_preload_content,
+            f"bind pod {namespace}/{name} to node {node}",
+            name,
+            namespace,
+            body,
+        )
+
+    async def create_event(self, namespace: str, body: Object) -> None:
+        await self._json(
+            self._core.create_namespaced_event_without_preload_content,
+            f"create event in {namespace}",
+            namespace,
+            body,
+        )
+
+    # -- leases ------------------------------------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> Object:
+        result: Object = await self._json(
+            self._coordination.read_namespaced_lease_without_preload_content,
+            f"get lease {namespace}/{name}",
+            name,
+            namespace,
+        )
+        return result
+
+    async def create_lease(self, namespace: str, body: Object) -> Object:
+        result: Object = await self._json(
+            self._coordination.create_namespaced_lease_without_preload_content,
+            f"create lease in {namespace}",
+            namespace,
+            body,
+        )
+        return result
+
+    async def replace_lease(self, namespace: str, name: str, body: Object) -> Object:
+        result: Object = await self._json(
+            self._coordination.replace_namespaced_lease_without_preload_content,
+            f"update lease {namespace}/{name}",
+            name,
+            namespace,
+            body,
+        )
+        return result

@@ -1,0 +1,156 @@
+"""Lease-based leader election among scheduler replicas (coordination.k8s.io/v1).
+
+Why: reservations live in one process's memory, so only one replica may decide and bind at a
+time; the others keep their caches warm and take over within a lease duration. The protocol
+is client-go's (research/k8s-apis.md §7.1): read the Lease, take it when it is free or its
+holder has not renewed within ``leaseDurationSeconds`` *as observed by us* (so clock skew
+between replicas does not matter), renew every retry period, and step down when a renewal
+has not succeeded within the renew deadline. Every write carries the version read, so two
+candidates never both win: the loser gets 409 Conflict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
+
+log = logging.getLogger(__name__)
+
+
+def micro_time(when: datetime.datetime | None = None) -> str:
+    """Kubernetes MicroTime: RFC 3339 in UTC with six fractional digits."""
+    when = when or datetime.datetime.now(datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Campaigns for one Lease; ``is_leader`` says whether this replica holds it now."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration_s: float = 15.0,
+        renew_deadline_s: float = 10.0,
+        retry_period_s: float = 2.0,
+        on_change: Callable[[bool], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration_s = lease_duration_s
+        self.renew_deadline_s = renew_deadline_s
+        self.retry_period_s = retry_period_s
+        self._on_change = on_change or (lambda leading: None)
+        self._clock = clock
+        self.is_leader = False
+        self.transitions = 0
+        # What we last saw of the lease and when, for the skew-free expiry rule.
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._last_renew = 0.0
+
+    def _set(self, leading: bool) -> None:
+        if leading != self.is_leader:
+            self.is_leader = leading
+            log.info(
+                "replica %s %s lease %s/%s",
+                self.identity,
+                "acquired" if leading else "lost",
+                self.namespace,
+                self.name,
+            )
+            self._on_change(leading)
+
+    def _spec(self, previous: dict[str, Any] | None) -> dict[str, Any]:
+        now = micro_time()
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.lease_duration_s)),
+            "renewTime": now,
+        }
+        prev_holder = (previous or {}).get("holderIdentity")
+        transitions = int((previous or {}).get("leaseTransitions") or 0)
+        if prev_holder == self.identity and previous is not None:
+            spec["acquireTime"] = previous.get("acquireTime") or now
+            spec["leaseTransitions"] = transitions
+        else:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = transitions + (1 if prev_holder else 0)
+        return spec
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One round of the protocol; True when this replica holds the lease afterwards."""
+        now = self._clock()
+        try:
+            lease = await self.kube.get_lease(self.namespace, self.name)
+        except NotFound:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(None),
+            }
+            try:
+                await self.kube.create_lease(self.namespace, body)
+            except (Conflict, KubeError) as exc:
+                log.debug("creating lease failed: %s", exc)
+                return False
+            self._last_renew = now
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        observed = (holder, spec.get("renewTime"), spec.get("leaseDurationSeconds"))
+        if observed != self._observed:
+            self._observed = observed
+            self._observed_at = now
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration_s)
+        if holder and holder != self.identity and now < self._observed_at + duration:
+            return False  # held by a live replica
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion"),
+            },
+            "spec": self._spec(spec),
+        }
+        try:
+            await self.kube.replace_lease(self.namespace, self.name, body)
+        except KubeError as exc:
+            log.debug("updating lease failed: %s", exc)
+            return False
+        self._last_renew = now
+        return True
+
+    async def run(self) -> None:
+        """Campaign forever; cancel the task to stop (the lease then expires on its own)."""
+        try:
+            while True:
+                try:
+                    held = await self.try_acquire_or_renew()
+                except Exception as exc:  # never let a bug end the campaign silently
+                    log.warning("leader election round failed: %s", exc)
+                    held = False
+                if held:
+                    self._set(True)
+                elif self.is_leader:
+                    taken = bool(self._observed and self._observed[0] not in ("", self.identity))
+                    if taken or self._clock() - self._last_renew > self.renew_deadline_s:
+                        self._set(False)
+                await asyncio.sleep(self.retry_period_s)
+        finally:
+            self._set(False)

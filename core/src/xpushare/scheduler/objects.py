@@ -1,0 +1,175 @@
+"""Raw Kubernetes JSON (from watches, the extender and the webhook) to the views hooks take.
+
+Why by hand and not the client's models: a pod arrives in every /filter body and every pod
+watch event, and only a handful of its fields matter here; reading them from the parsed JSON
+costs microseconds, building the client's full model costs milliseconds. Input is
+untrusted (kube-scheduler is trusted, but a person with curl or a bug is not), so every
+accessor tolerates a missing or wrongly typed field and only :func:`pod_view` raises, with
+a ``ValueError`` that says which field is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xpushare.models import ContainerView, PodRef, PodView
+
+Object = dict[str, Any]
+
+#: Phases after which a pod holds no device any more.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def meta(obj: Any) -> Object:
+    value = obj.get("metadata") if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def spec(obj: Any) -> Object:
+    value = obj.get("spec") if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def status(obj: Any) -> Object:
+    value = obj.get("status") if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def annotations_of(obj: Any) -> dict[str, str]:
+    value = meta(obj).get("annotations")
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def labels_of(obj: Any) -> dict[str, str]:
+    value = meta(obj).get("labels")
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def name(obj: Any) -> str:
+    return _str(meta(obj).get("name"))
+
+
+def namespace(obj: Any) -> str:
+    return _str(meta(obj).get("namespace")) or "default"
+
+
+def uid(obj: Any) -> str:
+    return _str(meta(obj).get("uid"))
+
+
+def resource_version(obj: Any) -> str:
+    return _str(meta(obj).get("resourceVersion"))
+
+
+def pod_key(obj: Any) -> str:
+    """The ledger key of a pod: its UID, or namespace/name when it has none."""
+    return uid(obj) or f"{namespace(obj)}/{name(obj)}"
+
+
+def pod_ref(obj: Any) -> PodRef:
+    return PodRef(namespace=namespace(obj), name=name(obj) or "?", uid=uid(obj))
+
+
+def node_name(obj: Any) -> str:
+    return _str(spec(obj).get("nodeName"))
+
+
+def phase(obj: Any) -> str:
+    return _str(status(obj).get("phase"))
+
+
+def started(obj: Any) -> bool:
+    """Whether any container of the pod has been started: its devices were allocated."""
+    if phase(obj) in ("Running", "Succeeded", "Failed"):
+        return True
+    st = status(obj)
+    for group in ("initContainerStatuses", "containerStatuses"):
+        items = st.get(group)
+        if not isinstance(items, list):
+            continue
+        for item in items:
+            state = item.get("state") if isinstance(item, dict) else None
+            if isinstance(state, dict) and ("running" in state or "terminated" in state):
+                return True
+    return False
+
+
+def _resources(container: Object, which: str, where: str) -> dict[str, str]:
+    resources = container.get("resources")
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict):
+        raise ValueError(f"{where}.resources must be an object")
+    values = resources.get(which)
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ValueError(f"{where}.resources.{which} must be an object")
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(f"{where}.resources.{which}[{key!r}] must be a quantity string")
+        out[str(key)] = str(value)
+    return out
+
+
+def _env(container: Object) -> dict[str, str]:
+    items = container.get("env")
+    out: dict[str, str] = {}
+    if isinstance(items, list):
+        for item in items:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                value = item.get("value")
+                out[item["name"]] = value if isinstance(value, str) else ""
+    return out
+
+
+def containers(obj: Any) -> list[tuple[Object, bool, int]]:
+    """(container, is init, index in its list) for init containers, then the others."""
+    out: list[tuple[Object, bool, int]] = []
+    sp = spec(obj)
+    for field, init in (("initContainers", True), ("containers", False)):
+        items = sp.get(field)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise ValueError(f"spec.{field} must be a list")
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise ValueError(f"spec.{field}[{index}] must be an object")
+            out.append((item, init, index))
+    return out
+
+
+def pod_view(obj: Any) -> PodView:
+    """The pod as scheduler-side hooks see it; ``ValueError`` names a malformed field."""
+    if not isinstance(obj, dict):
+        raise ValueError("the pod must be a JSON object")
+    views = []
+    for container, init, index in containers(obj):
+        field = "initContainers" if init else "containers"
+        where = f"spec.{field}[{index}]"
+        views.append(
+            ContainerView(
+                name=_str(container.get("name")) or f"{field}-{index}",
+                limits=_resources(container, "limits", where),
+                requests=_resources(container, "requests", where),
+                env=_env(container),
+                init=init,
+            )
+        )
+    return PodView(
+        ref=pod_ref(obj),
+        annotations=annotations_of(obj),
+        labels=labels_of(obj),
+        containers=tuple(views),
+        scheduler_name=_str(spec(obj).get("schedulerName")),
+    )
