@@ -125,7 +125,8 @@ def library_candidates(config: Mapping[str, Any], environ: Mapping[str, str]) ->
     explicit = config.get(CONFIG_LIBRARY_PATH)
     if explicit:
         path = Path(str(explicit))
-        found.append(path / LIBRARY_NAME if path.is_dir() else path)
+        is_file = path.is_file() or path.name.endswith(".so") or ".so." in path.name
+        found.append(path if is_file else path / LIBRARY_NAME)
     lib_dir = environ.get(LIBRARY_DIR_ENV)
     if lib_dir:
         found.append(Path(lib_dir) / LIBRARY_NAME)
