@@ -145,6 +145,8 @@ class Allocator:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._progress: dict[str, _Progress] = {}
+        # Per vendor, the ids kubelet forced into its last GetPreferredAllocation.
+        self._forced: dict[str, set[str]] = {}
 
     # -- Allocate ------------------------------------------------------------------------------
 
@@ -172,7 +174,7 @@ class Allocator:
         physical = self._physical(vendor, kubelet_ids, what)
         pending = await self._pending(vendor, what, physical)
         pod, assignment = pending.pod, pending.assignment
-        index, container = self._match(vendor, pending, physical, what)
+        index, container = self._match(vendor, pending, kubelet_ids, physical, what)
         handle = self._vendors[vendor]
         view = self._devices[vendor].view
         inventory: list[Device] = []
@@ -248,7 +250,12 @@ class Allocator:
         return set() if progress is None else progress.served.get(vendor, set())
 
     def _match(
-        self, vendor: str, pending: _Pending, physical: Sequence[str], what: str
+        self,
+        vendor: str,
+        pending: _Pending,
+        kubelet_ids: Sequence[str],
+        physical: Sequence[str],
+        what: str,
     ) -> tuple[int, ContainerAssignment]:
         containers = _containers(pending.assignment, vendor)
         served = self._served(pending.pod, vendor)
@@ -265,6 +272,17 @@ class Allocator:
         for i, container in waiting:
             if {d.device_id for d in container.devices} == wanted:
                 return i, container
+        # kubelet hands an app container the shares its pod's init containers released
+        # (must_include of GetPreferredAllocation) whatever the plugin prefers. Those ids
+        # only stand for "one share" in kubelet's books; the container still gets its
+        # assigned devices, provided every id kubelet chose freely is one of them.
+        forced = self._forced.get(vendor, set())
+        free = {physical_id(k) for k in kubelet_ids if k not in forced}
+        if forced & set(kubelet_ids):
+            for i, container in waiting:
+                devices = {d.device_id for d in container.devices}
+                if len(devices) == len(physical) and free <= devices:
+                    return i, container
         expected = "; ".join(
             f"{c.container}: {sorted(d.device_id for d in c.devices)}" for _, c in waiting
         )
@@ -320,15 +338,18 @@ class Allocator:
     ) -> list[str] | None:
         pending = await self._pending(vendor, what, None)
         served = self._served(pending.pod, vendor)
-        containers = _containers(pending.assignment, vendor)
-        must = {physical_id(m) for m in must_include}
-        for i, container in enumerate(containers):
+        self._forced[vendor] = set(must_include)
+        for i, container in enumerate(_containers(pending.assignment, vendor)):
             devices = [d.device_id for d in container.devices]
-            if i in served or len(devices) != size or not must <= set(devices):
+            if i in served or len(devices) != size:
                 continue
+            # kubelet insists on must_include (shares released by init containers); the
+            # rest are one share of each assigned device not already covered by those.
             picked = list(must_include)
             covered = {physical_id(m) for m in picked}
             for device in devices:
+                if len(picked) >= size:
+                    break
                 if device in covered:
                     continue
                 replicas = sorted(
@@ -340,6 +361,7 @@ class Allocator:
                     covered.add(device)
             if len(picked) == size:
                 return picked
+            return None
         return None
 
     # -- finding the pod -----------------------------------------------------------------------

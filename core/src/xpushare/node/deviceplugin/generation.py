@@ -44,9 +44,10 @@ log = logging.getLogger(__name__)
 #: The device-plugin API version this plugin speaks (research/k8s-apis.md §1.3).
 API_VERSION = "v1beta1"
 
-#: Seconds a retiring generation's server gets to finish calls in flight. Short: kubelet is
-#: already gone when a generation retires, and a live Allocate has its own deadline.
-RETIRE_GRACE_S = 0.5
+#: Seconds a retiring generation's server gives an Allocate in flight to finish (streams
+#: are ended first). Allocate answers within its own deadline; at shutdown, a second is what
+#: a DaemonSet pod's termination can spare.
+RETIRE_GRACE_S = 1.0
 
 #: Longest unix socket path the kernel takes (sizeof(sun_path) - 1 on Linux).
 MAX_SOCKET_PATH = 107
@@ -130,6 +131,7 @@ class PluginServer:
             finally:
                 self.registered = False
                 self._signal()
+                self.service.end_streams()
                 # Shielded: a cancelled run() must still stop its server before returning.
                 await asyncio.shield(server.stop(RETIRE_GRACE_S))
 

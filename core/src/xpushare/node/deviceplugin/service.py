@@ -8,6 +8,7 @@ message kubelet puts in the pod's ``UnexpectedAdmissionError``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -92,18 +93,34 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
         self._allocator = allocator
         # observe(call, outcome, seconds): metrics hook, kept out of this module.
         self._observe = observe or (lambda call, outcome, seconds: None)
+        self._retired = asyncio.Event()
 
     async def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
         return OPTIONS
 
     async def ListAndWatch(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        # A stream lives as long as the generation that served it (see end_streams).
+        retired = self._retired
         seen = -1
-        while True:
+        while not retired.is_set():
             view = self._devices.view
             if view.version == seen:
-                view = await self._devices.wait_change(seen)
+                change = asyncio.ensure_future(self._devices.wait_change(seen))
+                end = asyncio.ensure_future(retired.wait())
+                try:
+                    await asyncio.wait({change, end}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    change.cancel()
+                    end.cancel()
+                continue
             seen = view.version
             yield list_response(view)
+
+    def end_streams(self) -> None:
+        """End the open ListAndWatch streams (their generation retires), so the server can
+        stop at once instead of waiting out its grace period for streams that never end."""
+        retired, self._retired = self._retired, asyncio.Event()
+        retired.set()
 
     async def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
         start = time.perf_counter()

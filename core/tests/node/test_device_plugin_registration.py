@@ -1,0 +1,88 @@
+"""Registration, ListAndWatch and re-registration with a fake kubelet over real sockets."""
+
+import asyncio
+import stat
+
+from nodekit import NODE, RESOURCE, mock_host, running
+
+from xpushare.testing.kubelet import FakeKubelet
+
+
+async def test_registers_and_lists_every_share_of_every_device(plugin_dir):
+    async with running(plugin_dir) as run:
+        registration = run.kubelet.registrations_of(RESOURCE)[0]
+        assert registration.version == "v1beta1"
+        assert registration.endpoint == "xpushare-mock.sock"
+        assert registration.options.get_preferred_allocation_available
+        assert not registration.options.pre_start_required
+        assert stat.S_ISSOCK((plugin_dir / registration.endpoint).stat().st_mode)
+        devices = run.kubelet.devices(RESOURCE)
+        # 8 devices x 10 share slots (the mock's default), each id naming its device.
+        assert len(devices) == 80
+        assert set(devices.values()) == {"Healthy"}
+        assert f"MOCK-{NODE}-7::9" in devices
+        assert run.kubelet.capacity(RESOURCE) == run.kubelet.allocatable(RESOURCE) == 80
+
+
+async def test_registration_waits_for_kubelet_sock(plugin_dir):
+    # The agent starts before kubelet: it serves, retries Register, and gets in once
+    # kubelet.sock appears.
+    kubelet = FakeKubelet(plugin_dir, dial_timeout_s=2.0)
+    async with running(plugin_dir, kubelet=kubelet, wait_for=None) as run:
+        plugin = await run.agent.wait_plugin("mock")
+        await asyncio.sleep(0.05)
+        assert not plugin.registered
+        await kubelet.start()
+        await kubelet.wait_until(lambda: kubelet.allocatable(RESOURCE) == 80, what="listed")
+        assert plugin.registered
+    await kubelet.stop()
+
+
+async def test_kubelet_restart_twenty_times_reregisters_each_time(plugin_dir):
+    async with running(plugin_dir) as run:
+        kubelet = run.kubelet
+        plugin = run.agent.plugins["mock"]
+        for restart in range(1, 21):
+            generation = plugin.generation
+            await kubelet.restart()
+            # Right after a restart kubelet holds no devices for the resource.
+            assert kubelet.allocatable(RESOURCE) == 0
+            await kubelet.wait_until(
+                lambda: kubelet.registered(RESOURCE) and kubelet.allocatable(RESOURCE) == 80,
+                what=f"re-registration after restart {restart}",
+            )
+            assert plugin.generation > generation
+        assert len(kubelet.registrations_of(RESOURCE)) == 21
+        assert plugin.registrations == 21
+        # Generations replace the socket; they never leave a dead one behind.
+        leftovers = sorted(p.name for p in plugin_dir.iterdir())
+        assert leftovers == ["kubelet.sock", "xpushare-mock.sock"]
+
+
+async def test_plugin_restart_replaces_the_stale_socket_and_registers_again(plugin_dir):
+    kubelet = FakeKubelet(plugin_dir, dial_timeout_s=2.0)
+    await kubelet.start()
+    try:
+        async with running(plugin_dir, kubelet=kubelet):
+            pass
+        # The agent is gone; its socket file stays (only a new generation replaces it),
+        # and kubelet's stream ended: the resource is not allocatable any more.
+        assert (plugin_dir / "xpushare-mock.sock").exists()
+        await kubelet.wait_until(lambda: kubelet.allocatable(RESOURCE) == 0, what="disconnect")
+        assert kubelet.capacity(RESOURCE) == 80  # kept during the grace period
+        async with running(plugin_dir, kubelet=kubelet, host=mock_host()):
+            assert kubelet.allocatable(RESOURCE) == 80
+        assert len(kubelet.registrations_of(RESOURCE)) == 2
+    finally:
+        await kubelet.stop()
+
+
+async def test_capacity_drops_to_zero_after_the_grace_period(plugin_dir):
+    kubelet = FakeKubelet(plugin_dir, dial_timeout_s=2.0, grace_period_s=0.0)
+    await kubelet.start()
+    try:
+        async with running(plugin_dir, kubelet=kubelet):
+            assert kubelet.capacity(RESOURCE) == 80
+        await kubelet.wait_until(lambda: kubelet.capacity(RESOURCE) == 0, what="grace over")
+    finally:
+        await kubelet.stop()

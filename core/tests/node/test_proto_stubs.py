@@ -1,0 +1,44 @@
+"""The committed gRPC stubs are what scripts/gen-proto generates from the committed .proto."""
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+PROTO_DIR = ROOT / "core/src/xpushare/node/_proto"
+GENERATED = (
+    "deviceplugin_v1beta1_pb2.py",
+    "deviceplugin_v1beta1_pb2.pyi",
+    "deviceplugin_v1beta1_pb2_grpc.py",
+)
+
+
+def test_committed_stubs_are_current(tmp_path):
+    subprocess.run(
+        [str(ROOT / "scripts/gen-proto"), str(tmp_path)], check=True, cwd=ROOT, timeout=120
+    )
+    fresh = tmp_path / "xpushare/node/_proto"
+    for name in GENERATED:
+        assert (fresh / name).read_text() == (PROTO_DIR / name).read_text(), (
+            f"{name} is stale: run scripts/gen-proto and commit the result"
+        )
+
+
+def test_wire_names_are_kubelets():
+    from xpushare.node.deviceplugin.proto import pb
+
+    services = pb.DESCRIPTOR.services_by_name
+    assert pb.DESCRIPTOR.package == "v1beta1"
+    assert [m.full_name for m in services["Registration"].methods] == [
+        "v1beta1.Registration.Register"
+    ]
+    assert [m.name for m in services["DevicePlugin"].methods] == [
+        "GetDevicePluginOptions",
+        "ListAndWatch",
+        "GetPreferredAllocation",
+        "Allocate",
+        "PreStartContainer",
+    ]
+    fields = {f.name: f.number for f in pb.ContainerPreferredAllocationRequest.DESCRIPTOR.fields}
+    assert fields == {"available_deviceIDs": 1, "must_include_deviceIDs": 2, "allocation_size": 3}
+    fields = {f.name: f.number for f in pb.ContainerAllocateResponse.DESCRIPTOR.fields}
+    assert fields == {"envs": 1, "mounts": 2, "devices": 3, "annotations": 4, "cdi_devices": 5}

@@ -1,0 +1,69 @@
+"""Small vendor plugins written for the node agent's tests (the mock covers the rest)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from xpushare import API_VERSION, hookimpl
+from xpushare.models import ContainerAllocation, Device, ResourceNames, VendorSpec
+
+
+class Acme:
+    """A second vendor with two devices; ``hang`` blocks allocate, ``fail`` makes hooks raise."""
+
+    def __init__(self, name: str = "acme", devices: int = 2, node: str = "node-a") -> None:
+        self.name = name
+        self.resource = f"{name}.example.com/gpu"
+        self.devices = [
+            Device(
+                vendor=name, id=f"{name.upper()}-{i}", index=i, model="Acme X1", memory_mib=16384
+            )
+            for i in range(devices)
+        ]
+        self.hang = threading.Event()  # set: allocate blocks until released
+        self.release = threading.Event()
+        self.fail_detect = False
+        self.fail_allocate = False
+        self.calls: list[tuple[str, int]] = []  # (hook, thread ident)
+
+    def _record(self, hook: str) -> None:
+        self.calls.append((hook, threading.get_ident()))
+
+    @hookimpl
+    def xpushare_vendor(self) -> VendorSpec:
+        return VendorSpec(
+            name=self.name,
+            api_version=API_VERSION,
+            resource_names=ResourceNames(count=self.resource),
+        )
+
+    @hookimpl
+    def xpushare_startup(self, ctx: Any) -> None:
+        self._record("startup")
+
+    @hookimpl
+    def xpushare_detect(self, ctx: Any) -> list[Device]:
+        self._record("detect")
+        if self.fail_detect:
+            raise RuntimeError("acme: device enumeration failed (ACME_ERROR_UNKNOWN)")
+        return list(self.devices)
+
+    @hookimpl
+    def xpushare_monitor(self, ctx: Any, devices: Any) -> None:
+        self._record("monitor")
+
+    @hookimpl
+    def xpushare_check_health(self, ctx: Any, devices: Any, wait_s: float) -> list[Any]:
+        self._record("check_health")
+        return []
+
+    @hookimpl
+    def xpushare_allocate(self, ctx: Any, request: Any) -> ContainerAllocation:
+        self._record("allocate")
+        if self.hang.is_set():
+            self.release.wait(30)
+        if self.fail_allocate:
+            raise RuntimeError("acme: cannot open /dev/acme0")
+        ids = ",".join(s.device_id for s in request.slices)
+        return ContainerAllocation(envs={"ACME_VISIBLE_DEVICES": ids})
