@@ -13,11 +13,10 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import xpushare_amd.plugin
 from xpushare.plugins import PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.clib import compile_shared_library
-
-import xpushare_amd.plugin
 
 SOURCE = Path(__file__).parent / "fake_amdsmi" / "fake_amd_smi.c"
 GIB = 1024**3
@@ -172,7 +171,9 @@ def generated_include(
     for symbol in wrapper_symbols():
         if symbol in implemented or symbol in omit:
             continue
-        lines.append(f"API amdsmi_status_t {symbol}(void) {{ return AMDSMI_STATUS_NOT_SUPPORTED; }}")
+        lines.append(
+            f"API amdsmi_status_t {symbol}(void) {{ return AMDSMI_STATUS_NOT_SUPPORTED; }}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -208,7 +209,9 @@ def amd_host(library: Path | str | None, node: str = "node-a", **config: object)
     vendor_config: dict[str, object] = dict(config)
     if library is not None:
         vendor_config["library_path"] = str(library)
-    host = PluginHost(core_plugins=CORE_PLUGINS, node_name=node, vendor_config={"amd": vendor_config})
+    host = PluginHost(
+        core_plugins=CORE_PLUGINS, node_name=node, vendor_config={"amd": vendor_config}
+    )
     record = host.register("amd", xpushare_amd.plugin, distribution="xpushare-amd")
     assert record.error is None, record.error
     return host

@@ -47,7 +47,9 @@ def test_two_whole_gpus_get_kfd_their_dri_nodes_and_container_numbering(started:
         "/dev/dri/renderD129",
         "/dev/dri/card1",
     ]
-    assert all(d.container_path == d.host_path and d.permissions == "rw" for d in allocation.devices)
+    assert all(
+        d.container_path == d.host_path and d.permissions == "rw" for d in allocation.devices
+    )
     assert allocation.envs == {
         "XPUSHARE_AMD_DEVICES": f"{devices[2].id},{devices[1].id}",
         "ROCR_VISIBLE_DEVICES": "0,1",
@@ -63,7 +65,10 @@ def test_a_partition_gets_its_own_render_node(started: Start) -> None:
     handle = started(cpx_partitions(0))
     devices = list(handle.detect())
     allocation = handle.allocate(
-        _request(devices, DeviceSlice(device_id=devices[5].id, index=5, memory_mib=4096, compute_percent=8))
+        _request(
+            devices,
+            DeviceSlice(device_id=devices[5].id, index=5, memory_mib=4096, compute_percent=8),
+        )
     )
     assert _paths(allocation) == ["/dev/kfd", "/dev/dri/renderD133", "/dev/dri/card5"]
     assert allocation.envs["XPUSHARE_AMD_COMPUTE_UNITS_0"] == "3"  # floor(38 * 8 / 100)
@@ -74,7 +79,9 @@ def test_a_gpu_missing_from_the_inventory_is_refused_naming_pod_and_gpu(started:
     handle = started([mi300x(0)])
     devices = list(handle.detect())
     gone = DeviceSlice(device_id="GPU-00000000000000ff", memory_mib=1, compute_percent=1)
-    with pytest.raises(PluginError, match=r"pod ml/trainer, container 'main'.*GPU-00000000000000ff"):
+    with pytest.raises(
+        PluginError, match=r"pod ml/trainer, container 'main'.*GPU-00000000000000ff"
+    ):
         handle.allocate(_request(devices, gone))
 
 

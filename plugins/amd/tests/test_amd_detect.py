@@ -80,7 +80,7 @@ def test_no_gpus_is_an_empty_inventory_not_an_error(started: Start) -> None:
 
 def test_a_failed_enumeration_is_an_error_not_an_empty_node(started: Start) -> None:
     handle = started([mi300x(0)], failures=[("amdsmi_get_processor_handles", -1, 12)])
-    with pytest.raises(PluginError, match="amdsmi could not list the GPUs.*AMDSMI_STATUS_IO"):
+    with pytest.raises(PluginError, match=r"amdsmi could not list the GPUs.*AMDSMI_STATUS_IO"):
         handle.detect()
 
 

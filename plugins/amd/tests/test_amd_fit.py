@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from amd_fakes import amd_host
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amd_fakes import amd_host
 from xpushare.models import (
     ContainerRequest,
     ContainerView,
@@ -96,7 +96,9 @@ def test_a_gpu_full_in_compute_units_refuses_a_one_percent_request() -> None:
     total=st.integers(min_value=1, max_value=320),
     asks=st.lists(st.integers(min_value=1, max_value=100), min_size=1, max_size=12),
 )
-def test_bookings_never_hold_more_compute_units_than_the_gpu_has(total: int, asks: list[int]) -> None:
+def test_bookings_never_hold_more_compute_units_than_the_gpu_has(
+    total: int, asks: list[int]
+) -> None:
     device = gpu(0, cus=total)
     booked = 0
     granted: list[int] = []
@@ -134,7 +136,13 @@ def test_a_gpu_held_under_another_partition_layout_is_refused_whole() -> None:
     devices = [gpu(0), *(partition(1, p, 1 + p) for p in range(8))]
     stale = {PHYSICAL.format(1): used(PHYSICAL.format(1), used_slots=1, used_memory_mib=8192)}
     order = [d.id for d in reversed(devices)]  # the policy would try the partitions first
-    result = fit(request(memory_mib=1024, compute_percent=10), NodeView(name="n", devices=tuple(devices)), stale, order, 1.0)
+    result = fit(
+        request(memory_mib=1024, compute_percent=10),
+        NodeView(name="n", devices=tuple(devices)),
+        stale,
+        order,
+        1.0,
+    )
     assert [s.device_id for s in result.devices] == [PHYSICAL.format(0)]
     assert result.reasons == {FitReason.PARTITION_UNAVAILABLE: 8}
     none_left = run(request(memory_mib=1024, count=2), devices[1:], stale)
@@ -156,9 +164,9 @@ def test_a_whole_gpu_held_as_partitions_is_refused() -> None:
 
 def test_a_request_can_ask_for_a_partition_layout() -> None:
     devices = [gpu(0), partition(1, 0, 1)]
-    assert [s.device_id for s in run(request(memory_mib=1024, partition="cpx"), devices).devices] == [
-        devices[1].id
-    ]
+    assert [
+        s.device_id for s in run(request(memory_mib=1024, partition="cpx"), devices).devices
+    ] == [devices[1].id]
     assert run(request(memory_mib=1024, partition="cpx-nps4"), devices).fits
     refused = run(request(memory_mib=1024, partition="dpx"), devices)
     assert not refused.fits and refused.reasons[FitReason.PARTITION_UNAVAILABLE] == 2
@@ -170,7 +178,9 @@ def test_a_request_can_ask_for_a_partition_layout() -> None:
 def test_memory_numa_and_constraints() -> None:
     devices = [gpu(0, numa=0), gpu(1, numa=1), gpu(2, numa=1)]
     full = {devices[1].id: used(devices[1].id, used_slots=1, used_memory_mib=196000)}
-    result = run(request(memory_mib=4096, count=2, numa_bind=True, compute_percent=10), devices, full)
+    result = run(
+        request(memory_mib=4096, count=2, numa_bind=True, compute_percent=10), devices, full
+    )
     assert not result.fits and FitReason.NUMA_MISMATCH in result.reasons
     assert result.reasons[FitReason.INSUFFICIENT_MEMORY] == 1
     by_uuid = run(
@@ -189,21 +199,31 @@ def test_through_the_host_gpucores_defaults_to_all_compute_units() -> None:
     handle = host.vendor("amd")
     pod = PodView(ref=PodRef(name="p"))
     bare = handle.resource_request(
-        pod=pod, container=ContainerView(name="c", limits={"amd.com/gpu": "1", "amd.com/gpumem": "8000"})
+        pod=pod,
+        container=ContainerView(name="c", limits={"amd.com/gpu": "1", "amd.com/gpumem": "8000"}),
     )
     assert bare is not None and bare.compute_percent == 100 and bare.memory_mib == 8000
     shared = handle.resource_request(
         pod=pod,
         container=ContainerView(
-            name="c", limits={"amd.com/gpu": "1", "amd.com/gpumem": "8000", "amd.com/gpucores": "25"}
+            name="c",
+            limits={"amd.com/gpu": "1", "amd.com/gpumem": "8000", "amd.com/gpucores": "25"},
         ),
     )
     assert shared is not None and shared.compute_percent == 25
     devices = (gpu(0),)
-    first = handle.fit(request=shared, node=NodeView(name="n", devices=devices), usage={}, device_order=[])
+    first = handle.fit(
+        request=shared, node=NodeView(name="n", devices=devices), usage={}, device_order=[]
+    )
     assert first.fits and first.devices[0].compute_percent == 25  # 76 of 304 CUs
-    taken = {devices[0].id: used(devices[0].id, used_slots=1, used_memory_mib=8000, used_compute_percent=25)}
-    second = handle.fit(request=bare, node=NodeView(name="n", devices=devices), usage=taken, device_order=[])
+    taken = {
+        devices[0].id: used(
+            devices[0].id, used_slots=1, used_memory_mib=8000, used_compute_percent=25
+        )
+    }
+    second = handle.fit(
+        request=bare, node=NodeView(name="n", devices=devices), usage=taken, device_order=[]
+    )
     assert not second.fits and second.reasons[FitReason.INSUFFICIENT_COMPUTE] == 1
     assert handle.implements("xpushare_fit")
     host.close()

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from xpushare.errors import VendorUnavailable
 from xpushare.native import STANDARD_LIBRARY_DIRS, LibraryNotFound
-
 from xpushare_amd.names import (
     CONFIG_LIBRARY_PATH,
     CONFIG_ROCM_ROOTS,
@@ -278,7 +277,8 @@ def start(ctx: NodeContext) -> Smi:
     except smi.error as exc:
         code = getattr(exc, "err_code", None)
         raise VendorUnavailable(
-            VENDOR, _init_reason(code if isinstance(code, int) else None, smi.status(exc), library.path)
+            VENDOR,
+            _init_reason(code if isinstance(code, int) else None, smi.status(exc), library.path),
         ) from exc
     return smi
 

@@ -28,7 +28,6 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
 from xpushare.models import DeviceSlice, FitReason, FitResult
-
 from xpushare_amd import ids
 from xpushare_amd.names import VENDOR
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from xpushare.models import Device, LinkKind, TopologyLink
-
 from xpushare_amd import ids
 from xpushare_amd.names import BYTES_PER_MIB, VENDOR
 

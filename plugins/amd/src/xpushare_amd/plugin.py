@@ -35,11 +35,9 @@ from xpushare.models import (
     LinkKind,
     MonitorSnapshot,
     NodeView,
-    PodView,
     VendorSpec,
 )
 from xpushare.native import NodeContext
-
 from xpushare_amd import allocation, binding, inventory, telemetry
 from xpushare_amd import fit as amd_fit
 from xpushare_amd.names import (

@@ -16,14 +16,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from xpushare.models import DeviceSample, HealthEvent, MonitorSnapshot
-
 from xpushare_amd.names import BYTES_PER_MIB
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from xpushare.models import Device
-
     from xpushare_amd.binding import Smi
 
 #: amdsmi reports a 16-bit all-ones value for an unavailable activity or power reading.
