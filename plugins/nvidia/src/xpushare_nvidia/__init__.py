@@ -1,0 +1,1 @@
+"""xpushare-nvidia: the NVIDIA vendor plugin for xpushare."""

@@ -1,0 +1,313 @@
+"""Allocate: what one container gets for its slices of NVIDIA GPUs.
+
+Why three paths:
+
+* **Shared slices** are limited inside the container by HAMi-core (``libvgpu.so``), which
+  reads its limits from the environment and keeps per-container accounting in a shared
+  file (research/hami-protocol.md §6.4 and §7.1). The container gets the limits, the library
+  and the preload file that makes every process load it, and its own cache directory.
+* **Whole GPUs held exclusively** need no limits: HAMi-core would only cost a little speed,
+  so the container gets the devices and nothing else.
+* **MIG slices** are isolated by the hardware: the container gets one free MIG instance of
+  the booked profile per slice, and no HAMi-core (HAMi does the same, §5.4).
+
+Every variable and mount is listed in README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pynvml
+
+from xpushare.models import (
+    AllocateRequest,
+    ContainerAllocation,
+    Device,
+    DeviceSlice,
+    Mount,
+)
+from xpushare_nvidia import detect, mig
+from xpushare_nvidia.calls import optional
+
+if TYPE_CHECKING:
+    from xpushare_nvidia.config import HamiCoreConfig, NvidiaConfig
+    from xpushare_nvidia.library import Nvml
+
+log = logging.getLogger(__name__)
+
+#: File name of the accounting file in a container's cache directory. HAMi's plugin uses a
+#: random name; one fixed name per directory is enough, since the directory is the
+#: container's own and is emptied at every Allocate.
+CACHE_FILE: Final = "vgpu.cache"
+#: Sub-directory of the HAMi-core directory with one cache directory per container.
+CONTAINERS_DIR: Final = "containers"
+#: Sibling of it where the node agent notes which pod a cache directory belongs to; out of
+#: the containers' reach, so a container cannot relabel its own usage.
+META_DIR: Final = "xpushare-meta"
+#: Where the preload file is mounted: the dynamic loader reads it before any program runs.
+PRELOAD_TARGET: Final = "/etc/ld.so.preload"
+#: The preload file on the node (next to the library).
+PRELOAD_FILE: Final = "ld.so.preload"
+
+#: Kubernetes container names are DNS labels (RFC 1123); checked because the name becomes a
+#: directory name on the node.
+_CONTAINER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_POD_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")
+
+_OWNERS_KEY: Final = "mig_owners"
+
+
+class AllocationRefused(RuntimeError):
+    """The container cannot be given its slices; the message names pod, GPU and remedy."""
+
+
+@dataclass(frozen=True)
+class _Owner:
+    pod_uid: str
+    container: str
+    since: float
+
+
+def allocate(nvml: Nvml, config: NvidiaConfig, request: AllocateRequest) -> ContainerAllocation:
+    who = f"container {request.container!r} of pod {request.pod}"
+    devices = {d.id: d for d in request.devices}
+    slices = sorted(request.slices, key=lambda s: _index(s, devices))
+    if not slices:
+        return ContainerAllocation()
+    partitioned = [s for s in slices if s.partition is not None]
+    if partitioned and len(partitioned) != len(slices):
+        raise AllocationRefused(
+            f"{who}: MIG instances and shared GPUs in one container are not supported "
+            "(HAMi-core cannot limit a MIG device); ask for one or the other"
+        )
+    for piece in slices:
+        device = devices.get(piece.device_id)
+        if piece.partition is None and device is not None and device.mode == mig.MIG_MODE:
+            raise AllocationRefused(
+                f"{who}: GPU {piece.device_id} is in MIG mode and cannot be given whole or "
+                "shared; the pod must ask for a MIG profile. This is a scheduling error: "
+                "report it with the pod's xpushare.io assignment annotation."
+            )
+    if partitioned:
+        return _visible(config, _mig_instances(nvml, request, slices, who), {})
+    ids = [s.device_id for s in slices]
+    if all(s.exclusive for s in slices):
+        return _visible(config, ids, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    return _hami_core(config, request, slices, ids, who)
+
+
+def _index(piece: DeviceSlice, devices: dict[str, Device]) -> tuple[int, str]:
+    device = devices.get(piece.device_id)
+    return (device.index if device is not None else piece.index, piece.device_id)
+
+
+def _visible(config: NvidiaConfig, ids: list[str], envs: dict[str, str]) -> ContainerAllocation:
+    if config.device_list_strategy == "cdi":
+        return ContainerAllocation(
+            envs=envs, cdi_devices=tuple(f"{config.cdi_kind}={i}" for i in ids)
+        )
+    return ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(ids), **envs})
+
+
+# ---------------------------------------------------------------------------------------
+# Shared GPUs: HAMi-core
+# ---------------------------------------------------------------------------------------
+
+
+def _hami_core(
+    config: NvidiaConfig,
+    request: AllocateRequest,
+    slices: list[DeviceSlice],
+    ids: list[str],
+    who: str,
+) -> ContainerAllocation:
+    hc = config.hami_core
+    directory = _container_dir_name(request, who)
+    _prepare_node(hc, request, directory, who)
+    # Limits are numbered by CUDA device index inside the container. The slices are in NVML
+    # (PCI bus) order and CUDA is told to enumerate in that order too, so index i of both
+    # is the same GPU (by default CUDA puts the fastest GPU first).
+    envs = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    for i, piece in enumerate(slices):
+        # HAMi-core reads a suffix "m" as MiB (research/hami-protocol.md §7.1).
+        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{piece.memory_mib}m"
+        envs[f"CUDA_DEVICE_SM_LIMIT_{i}"] = str(piece.compute_percent)
+    # The unsuffixed limit is what HAMi's own plugin sets (the first device's); HAMi-core
+    # uses it for devices without a suffixed one.
+    envs["CUDA_DEVICE_SM_LIMIT"] = str(slices[0].compute_percent)
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{hc.container_dir}/{CACHE_FILE}"
+    if hc.log_level is not None:
+        envs["LIBCUDA_LOG_LEVEL"] = str(hc.log_level)
+    if hc.core_policy != "default":
+        envs["GPU_CORE_UTILIZATION_POLICY"] = hc.core_policy
+    mounts = [
+        Mount(
+            host_path=f"{hc.host_dir}/{CONTAINERS_DIR}/{directory}",
+            container_path=hc.container_dir,
+            read_only=False,
+        ),
+        Mount(
+            host_path=f"{hc.host_dir}/{hc.library}",
+            container_path=f"{hc.container_dir}/{hc.library}",
+            read_only=True,
+        ),
+        Mount(host_path=hc.lock_dir, container_path=hc.lock_dir, read_only=False),
+    ]
+    if hc.preload:
+        mounts.append(
+            Mount(
+                host_path=f"{hc.host_dir}/{PRELOAD_FILE}",
+                container_path=PRELOAD_TARGET,
+                read_only=True,
+            )
+        )
+    visible = _visible(config, ids, envs)
+    return visible.model_copy(update={"mounts": tuple(mounts)})
+
+
+def _container_dir_name(request: AllocateRequest, who: str) -> str:
+    if not _CONTAINER_NAME.match(request.container):
+        raise AllocationRefused(f"{who}: container name is not a DNS label")
+    uid = request.pod.uid or f"{request.pod.namespace}.{request.pod.name}"
+    if not _POD_UID.match(uid) or "_" in uid or ".." in uid:
+        raise AllocationRefused(f"{who}: pod UID {uid!r} cannot name a directory")
+    return f"{uid}_{request.container}"
+
+
+def _prepare_node(hc: HamiCoreConfig, request: AllocateRequest, directory: str, who: str) -> None:
+    """The node-side files: library check, preload file, a fresh cache dir, its owner."""
+    root = Path(hc.agent_path)
+    library = root / hc.library
+    if not library.is_file():
+        message = (
+            f"HAMi-core library {library} is missing on node {request.node}, so the limits "
+            f"of {who} would not be enforced. Install HAMi-core's libvgpu.so there (the "
+            "xpushare node image does this), or set hami_core.host_dir/agent_dir."
+        )
+        if hc.require_library:
+            raise AllocationRefused(message)
+        log.warning("vendor nvidia: %s", message)
+    try:
+        if hc.preload:
+            _write_if_changed(root / PRELOAD_FILE, f"{hc.container_dir}/{hc.library}\n")
+        cache = root / CONTAINERS_DIR / directory
+        # A retried Allocate must not inherit the accounting of an earlier attempt.
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir(parents=True)
+        # HAMi-core runs as the container's user, whoever that is.
+        cache.chmod(0o777)
+        meta = root / META_DIR
+        meta.mkdir(exist_ok=True)
+        _write_if_changed(
+            meta / f"{directory}.json",
+            json.dumps(
+                {
+                    "namespace": request.pod.namespace,
+                    "pod": request.pod.name,
+                    "uid": request.pod.uid,
+                    "container": request.container,
+                },
+                sort_keys=True,
+            ),
+        )
+    except OSError as exc:
+        raise AllocationRefused(
+            f"{who}: cannot prepare HAMi-core files under {root} on node {request.node}: "
+            f"{exc}. The node agent needs that directory mounted read-write."
+        ) from exc
+
+
+def _write_if_changed(path: Path, content: str) -> None:
+    try:
+        if path.read_text() == content:
+            return
+    except OSError:
+        pass
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(content)
+    partial.chmod(0o644)
+    partial.replace(path)
+
+
+# ---------------------------------------------------------------------------------------
+# MIG instances
+# ---------------------------------------------------------------------------------------
+
+
+def _mig_instances(
+    nvml: Nvml, request: AllocateRequest, slices: list[DeviceSlice], who: str
+) -> list[str]:
+    """One instance per slice: this container's own, else a free idle one of the profile.
+
+    Which pod holds which instance is remembered here, in memory. After a restart of the
+    node agent that memory is empty, so an instance is handed out only if no process runs
+    on it; the scheduler's ledger guarantees a free one exists for each booked slice.
+    """
+    owners: dict[str, _Owner] = nvml.extra.setdefault(_OWNERS_KEY, {})
+    states: dict[str, mig.MigState] = nvml.extra.get(detect.MIG_KEY, {})
+    me = (request.pod.uid or str(request.pod), request.container)
+    chosen: list[str] = []
+    for piece in slices:
+        state = states.get(piece.device_id)
+        if state is None:
+            raise AllocationRefused(
+                f"{who}: GPU {piece.device_id} is not in MIG mode on node {request.node} "
+                "(any more); the pod was placed on an outdated inventory. Delete the pod to "
+                "have it placed again."
+            )
+        candidates = [
+            i for i in state.instances if i.profile == piece.partition and i.uuid not in chosen
+        ]
+        pick = _pick(candidates, owners, me)
+        if pick is None:
+            raise AllocationRefused(
+                f"{who}: no free MIG instance of profile {piece.partition} on GPU "
+                f"{piece.device_id} (node {request.node}): the instances there are in use. "
+                "Check `nvidia-smi mig -lgi` against the pods on this node."
+            )
+        owners[pick.uuid] = _Owner(me[0], me[1], time.monotonic())
+        chosen.append(pick.uuid)
+    return chosen
+
+
+def _pick(
+    candidates: list[mig.MigInstance], owners: dict[str, _Owner], me: tuple[str, str]
+) -> mig.MigInstance | None:
+    for instance in candidates:
+        owner = owners.get(instance.uuid)
+        if owner is not None and (owner.pod_uid, owner.container) == me:
+            return instance  # kubelet retried this container's Allocate
+    unowned = [i for i in candidates if i.uuid not in owners and _idle(i)]
+    if unowned:
+        return unowned[0]
+    # Every instance has an owner: some owners must be gone (the scheduler booked a free
+    # one). Take the longest-held instance that runs nothing.
+    for instance in sorted(candidates, key=lambda i: owners[i.uuid].since):
+        if _idle(instance):
+            old = owners[instance.uuid]
+            log.info(
+                "vendor nvidia: MIG instance %s of finished container %s/%s reused",
+                instance.uuid,
+                old.pod_uid,
+                old.container,
+            )
+            return instance
+    return None
+
+
+def _idle(instance: mig.MigInstance) -> bool:
+    procs = optional(
+        "nvmlDeviceGetComputeRunningProcesses(MIG)",
+        pynvml.nvmlDeviceGetComputeRunningProcesses,
+        instance.handle,
+    )
+    return not procs

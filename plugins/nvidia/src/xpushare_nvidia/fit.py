@@ -1,0 +1,279 @@
+"""Scheduler-side placement rules the core's default fit does not know: topology and MIG.
+
+Why a fit of its own, and when: the core's default implements the GPU sharing model
+(health, model and UUID constraints, share slots, exclusivity, memory, compute, NUMA) and
+picks devices in the placement policy's order. That is right for most requests, so this
+module answers ``None`` for them and the default decides. It answers itself only where the
+default would be wrong or blind:
+
+* **A node with GPUs in MIG mode.** Such a GPU is split by the hardware; booking it whole,
+  or as a share of a whole, would give its silicon to two pods at once. Requests that name a
+  MIG profile (``request.partition``) get free instances of that profile; all other requests
+  are placed on the node's other GPUs only. This does not depend on what the default knows
+  about partitions.
+* **Several GPUs for one container on a node with NVLinks.** Among the GPUs that fit, the
+  set with the best links between its members wins (HAMi's topology-aware choice, research/
+  hami-protocol.md §5.3), ties going to the policy's order. A score alone could not do this:
+  it ranks nodes, while the choice of GPUs happens inside one node.
+
+The per-GPU checks mirror the sharing model in HAMi's order (§5.1). Everything here is pure
+and allocation-light: ``/filter`` calls it for every candidate node.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from xpushare.models import (
+    ContainerRequest,
+    Device,
+    DeviceSlice,
+    DeviceUsage,
+    FitReason,
+    FitResult,
+    NodeView,
+)
+from xpushare_nvidia import topology
+from xpushare_nvidia.mig import MIG_MODE
+
+#: Above this many candidate sets, the best-connected set is searched greedily instead of
+#: exhaustively. C(16, 8) = 12,870 sets would take tens of milliseconds in Python per node;
+#: C(14, 7) = 3,432 (the largest below) stays near a millisecond.
+EXHAUSTIVE_LIMIT: Final = 3432
+
+_EMPTY = DeviceUsage(device_id="-")
+
+
+def fit(
+    request: ContainerRequest,
+    node: NodeView,
+    usage: Mapping[str, DeviceUsage],
+    device_order: Sequence[str],
+    memory_overcommit: float,
+) -> FitResult | None:
+    """This vendor's answer, or ``None`` to let the core's default decide."""
+    devices = node.devices
+    has_mig = any(d.mode == MIG_MODE for d in devices)
+    if (
+        request.partition is None
+        and not has_mig
+        and (request.count < 2 or not topology.has_nvlink(devices))
+    ):
+        return None
+    if not devices:
+        return FitResult(fits=False, reasons={FitReason.NO_DEVICES: 1})
+    ordered = _ordered(devices, device_order)
+    if request.partition is not None:
+        return _fit_partition(request, ordered, usage)
+    return _fit_shared(request, ordered, usage, memory_overcommit)
+
+
+def _ordered(devices: Sequence[Device], order: Sequence[str]) -> list[Device]:
+    rank = {device_id: i for i, device_id in enumerate(order)}
+    return sorted(devices, key=lambda d: (rank.get(d.id, len(rank)), d.index))
+
+
+def _constraints(request: ContainerRequest, device: Device) -> FitReason | None:
+    if not device.healthy:
+        return FitReason.UNHEALTHY
+    model = device.model.upper()
+    if request.models_include and not any(m.upper() in model for m in request.models_include):
+        return FitReason.MODEL_MISMATCH
+    if any(m.upper() in model for m in request.models_exclude):
+        return FitReason.MODEL_MISMATCH
+    if request.uuids_include and device.id not in request.uuids_include:
+        return FitReason.UUID_MISMATCH
+    if device.id in request.uuids_exclude:
+        return FitReason.UUID_MISMATCH
+    return None
+
+
+def check_shared(
+    request: ContainerRequest, device: Device, used: DeviceUsage, memory_overcommit: float
+) -> FitReason | DeviceSlice:
+    """Why *device* cannot take a share of *request*, or the share it would take."""
+    why = _constraints(request, device)
+    if why is not None:
+        return why
+    if used.exclusive:
+        return FitReason.HELD_EXCLUSIVELY
+    if used.used_slots >= device.share_slots:
+        return FitReason.SLOTS_EXHAUSTED
+    if request.exclusive and used.used_slots > 0:
+        return FitReason.EXCLUSIVE_CONFLICT
+    memory = device.memory_mib if request.exclusive else request.memory_for(device.memory_mib)
+    compute = request.effective_compute
+    if int(device.memory_mib * memory_overcommit) - used.used_memory_mib < memory:
+        return FitReason.INSUFFICIENT_MEMORY
+    if 100 - used.used_compute_percent < compute:
+        return FitReason.INSUFFICIENT_COMPUTE
+    if compute == 100 and used.used_slots > 0:
+        return FitReason.EXCLUSIVE_CONFLICT
+    if compute == 0 and used.used_compute_percent >= 100:
+        return FitReason.COMPUTE_EXHAUSTED
+    return DeviceSlice(
+        device_id=device.id,
+        index=device.index,
+        memory_mib=memory,
+        compute_percent=compute,
+        exclusive=request.exclusive,
+    )
+
+
+def _fit_shared(
+    request: ContainerRequest,
+    ordered: list[Device],
+    usage: Mapping[str, DeviceUsage],
+    memory_overcommit: float,
+) -> FitResult:
+    reasons: Counter[FitReason] = Counter()
+    candidates: list[Device] = []
+    pieces: dict[str, DeviceSlice] = {}
+    split = 0
+    for device in ordered:
+        if device.mode == MIG_MODE:
+            split += 1
+            reasons[FitReason.PARTITION_UNAVAILABLE] += 1
+            continue
+        checked = check_shared(request, device, usage.get(device.id, _EMPTY), memory_overcommit)
+        if isinstance(checked, FitReason):
+            reasons[checked] += 1
+            continue
+        candidates.append(device)
+        pieces[device.id] = checked
+    if len(ordered) - split < request.count:
+        reasons[FitReason.TOO_FEW_DEVICES] += 1
+    chosen = _choose(request, candidates, reasons)
+    if chosen is None:
+        note = f"; {split} GPU(s) in MIG mode take only requests for a MIG profile" if split else ""
+        result = FitResult(fits=False, reasons=dict(reasons))
+        return result.model_copy(update={"message": result.explain() + note}) if note else result
+    return FitResult(fits=True, devices=tuple(pieces[d.id] for d in chosen), reasons=dict(reasons))
+
+
+def _choose(
+    request: ContainerRequest, candidates: list[Device], reasons: Counter[FitReason]
+) -> list[Device] | None:
+    k = request.count
+    if len(candidates) < k:
+        if candidates:
+            reasons[FitReason.NOT_ENOUGH_FIT] += len(candidates)
+        return None
+    groups: list[list[Device]] = [candidates]
+    if request.numa_bind:
+        by_numa: dict[int | None, list[Device]] = {}
+        for device in candidates:
+            by_numa.setdefault(device.numa_node, []).append(device)
+        groups = [g for g in by_numa.values() if len(g) >= k]
+        if not groups:
+            reasons[FitReason.NUMA_MISMATCH] += len(candidates)
+            return None
+    points = topology.pair_points(candidates)
+    best: list[Device] | None = None
+    best_points = -1
+    for group in groups:
+        pick = best_subset(group, k, points)
+        score = topology.set_points([d.id for d in pick], points)
+        if score > best_points:
+            best, best_points = pick, score
+    return best
+
+
+def best_subset(group: list[Device], k: int, points: Mapping[tuple[str, str], int]) -> list[Device]:
+    """The *k* devices of *group* with the highest pair score; ties: earliest in order."""
+    if k <= 1 or not points or len(group) == k:
+        return group[:k]
+    if math.comb(len(group), k) <= EXHAUSTIVE_LIMIT:
+        best: tuple[Device, ...] = tuple(group[:k])
+        best_score = topology.set_points([d.id for d in best], points)
+        for subset in itertools.combinations(group, k):
+            score = topology.set_points([d.id for d in subset], points)
+            if score > best_score:
+                best, best_score = subset, score
+        return list(best)
+    return _greedy(group, k, points)
+
+
+def _greedy(group: list[Device], k: int, points: Mapping[tuple[str, str], int]) -> list[Device]:
+    best: list[Device] = group[:k]
+    best_score = topology.set_points([d.id for d in best], points)
+    for seed in group:
+        chosen = [seed]
+        while len(chosen) < k:
+            rest = [d for d in group if d not in chosen]
+            chosen.append(max(rest, key=lambda d: sum(points.get((d.id, c.id), 0) for c in chosen)))
+        score = topology.set_points([d.id for d in chosen], points)
+        if score > best_score:
+            best, best_score = chosen, score
+    order = {d.id: i for i, d in enumerate(group)}
+    return sorted(best, key=lambda d: order[d.id])
+
+
+def _fit_partition(
+    request: ContainerRequest, ordered: list[Device], usage: Mapping[str, DeviceUsage]
+) -> FitResult:
+    """Free MIG instances of the requested profile, packed onto as few GPUs as possible."""
+    profile = request.partition
+    reasons: Counter[FitReason] = Counter()
+    picks: list[DeviceSlice] = []
+    for device in ordered:
+        if len(picks) == request.count:
+            break
+        why = _constraints(request, device)
+        if why is None and device.mode != MIG_MODE:
+            why = FitReason.PARTITION_UNAVAILABLE
+        used = usage.get(device.id, _EMPTY)
+        if why is None and used.exclusive:
+            why = FitReason.HELD_EXCLUSIVELY
+        found = next((p for p in device.partitions if p.name == profile), None)
+        if why is None and found is None:
+            why = FitReason.PARTITION_UNAVAILABLE
+        if why is not None or found is None:
+            reasons[why or FitReason.PARTITION_UNAVAILABLE] += 1
+            continue
+        if request.memory_mib is not None and request.memory_mib > found.memory_mib:
+            reasons[FitReason.INSUFFICIENT_MEMORY] += 1
+            continue
+        if request.compute_percent > found.compute_percent:
+            reasons[FitReason.INSUFFICIENT_COMPUTE] += 1
+            continue
+        free = found.max_count - used.partitions_in_use.count(found.name)
+        if free <= 0:
+            reasons[FitReason.PARTITION_UNAVAILABLE] += 1
+            continue
+        take = min(free, request.count - len(picks))
+        picks += [
+            DeviceSlice(
+                device_id=device.id,
+                index=device.index,
+                memory_mib=found.memory_mib,
+                compute_percent=found.compute_percent,
+                partition=found.name,
+            )
+        ] * take
+    if len(picks) < request.count:
+        if picks:
+            reasons[FitReason.NOT_ENOUGH_FIT] += len(picks)
+        result = FitResult(fits=False, reasons=dict(reasons))
+        return result.model_copy(
+            update={
+                "message": f"no {request.count} free MIG instance(s) of profile "
+                f"{profile}: {result.explain()}"
+            }
+        )
+    return FitResult(fits=True, devices=tuple(picks), reasons=dict(reasons))
+
+
+def score(node: NodeView, result: FitResult) -> float | None:
+    """Preference for the picked set's links; ``None`` for one GPU or an unlinked node."""
+    if not result.fits:
+        return None
+    by_id = {d.id: d for d in node.devices}
+    chosen = [by_id[i] for i in dict.fromkeys(s.device_id for s in result.devices) if i in by_id]
+    if len(chosen) < 2 or not any(d.links for d in chosen):
+        return None
+    return topology.set_quality(chosen)

@@ -1,0 +1,103 @@
+"""The NVIDIA vendor's hook implementations: thin calls into the modules that do the work.
+
+Registered under the ``xpushare.vendors`` entry point ``nvidia``. Node-side hooks run on the
+vendor's library thread (the host's doing), so every NVML call of this package is made
+there; scheduler-side hooks (fit, score) are pure functions of the inventory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from xpushare import API_VERSION, hookimpl
+from xpushare.models import (
+    AllocateRequest,
+    ContainerAllocation,
+    ContainerRequest,
+    Device,
+    DeviceUsage,
+    FitResult,
+    HealthEvent,
+    MonitorSnapshot,
+    NodeView,
+    VendorSpec,
+)
+from xpushare.native import NodeContext
+from xpushare_nvidia import allocate, detect, health, library, monitor
+from xpushare_nvidia import fit as fitting
+from xpushare_nvidia.config import NvidiaConfig, resource_names
+
+_CONFIG_KEY = "config"
+
+
+def _config(ctx: NodeContext) -> NvidiaConfig:
+    found = ctx.state.get(_CONFIG_KEY)
+    if not isinstance(found, NvidiaConfig):
+        found = NvidiaConfig.from_mapping(ctx.config)
+        ctx.state[_CONFIG_KEY] = found
+    return found
+
+
+@hookimpl
+def xpushare_vendor() -> VendorSpec:
+    return VendorSpec(
+        name=library.VENDOR,
+        api_version=API_VERSION,
+        display_name="NVIDIA GPUs (NVML; in-container limits by HAMi-core)",
+        resource_names=resource_names(os.environ),
+    )
+
+
+@hookimpl
+def xpushare_startup(ctx: NodeContext) -> None:
+    library.open_nvml(ctx, _config(ctx))
+
+
+@hookimpl
+def xpushare_shutdown(ctx: NodeContext) -> None:
+    nvml = ctx.state.get(library.STATE_KEY)
+    if isinstance(nvml, library.Nvml):
+        health.close(nvml)
+    library.close_nvml(ctx)
+
+
+@hookimpl
+def xpushare_detect(ctx: NodeContext) -> list[Device]:
+    return detect.detect(library.state(ctx), _config(ctx))
+
+
+@hookimpl
+def xpushare_monitor(ctx: NodeContext, devices: Sequence[Device]) -> MonitorSnapshot:
+    return monitor.monitor(library.state(ctx), _config(ctx), devices)
+
+
+@hookimpl
+def xpushare_check_health(
+    ctx: NodeContext, devices: Sequence[Device], wait_s: float
+) -> list[HealthEvent] | None:
+    config = _config(ctx)
+    if not config.health_checks:
+        return None
+    return health.check(library.state(ctx), config, devices, wait_s)
+
+
+@hookimpl
+def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
+    return allocate.allocate(library.state(ctx), _config(ctx), request)
+
+
+@hookimpl
+def xpushare_fit(
+    request: ContainerRequest,
+    node: NodeView,
+    usage: Mapping[str, DeviceUsage],
+    device_order: Sequence[str],
+    memory_overcommit: float,
+) -> FitResult | None:
+    return fitting.fit(request, node, usage, device_order, memory_overcommit)
+
+
+@hookimpl
+def xpushare_score(node: NodeView, fit: FitResult) -> float | None:
+    return fitting.score(node, fit)
