@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from xpushare.plugins import PluginHost
     from xpushare.scheduler.cluster import ClusterState
     from xpushare.scheduler.metrics import SchedulerMetrics
-    from xpushare.scheduling import PodRequest
+    from xpushare.scheduling import NodeState, PodRequest
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,41 @@ NOT_LEADER = (
     "this xpushare replica is not the leader; the Service should route to the leader only "
     "(check the readiness probe)"
 )
+
+
+def never_fits(state: NodeState, request: PodRequest) -> bool:
+    """Whether *request* could not fit *state* even if every pod left it.
+
+    Such a node goes to ``FailedAndUnresolvableNodes``: preemption cannot help there. Only
+    what never changes is looked at (devices, their health, model, UUID and memory size), and
+    the answer is kept in the node's memo until the node changes.
+    """
+    key = ("xpushare.scheduler.never_fits", request.key)
+    hit = state.memo.get(key)
+    if hit is not None:
+        return bool(hit)
+    answer = False
+    for demand in request.demands:
+        table = state.tables.get(demand.vendor)
+        if table is None:
+            answer = True
+            break
+        eligible = 0
+        for d in table.devices:
+            if not d.healthy or not demand.model_allowed(d.model_key):
+                continue
+            if demand.include_uuids and d.id not in demand.include_uuids:
+                continue
+            if d.id in demand.exclude_uuids:
+                continue
+            if demand.memory_for(d.memory_mib) > d.memory_cap:
+                continue
+            eligible += 1
+        if eligible < demand.count:
+            answer = True
+            break
+    state.memo[key] = answer
+    return answer
 
 
 class BadRequest(ValueError):
@@ -217,7 +252,8 @@ class Extender:
                 if state is not None
                 else FitReason.NO_DEVICES
             )
-            (unresolvable if reason in UNRESOLVABLE else failed)[name] = message
+            hopeless = state is None or reason in UNRESOLVABLE or never_fits(state, request)
+            (unresolvable if hopeless else failed)[name] = message
             label = reason.name.lower() if isinstance(reason, FitReason) else "other"
             tally[label] = tally.get(label, 0) + 1
         for label, n in tally.items():

@@ -1,0 +1,114 @@
+"""/filter and /prioritize over HTTP, in both of kube-scheduler's shapes, with no API writes."""
+
+from __future__ import annotations
+
+from sched_helpers import (
+    GPU,
+    add_nodes,
+    bind_args,
+    create_pod,
+    filter_args,
+    gpu_node,
+    gpu_pod,
+)
+
+from xpushare.testing.apiserver import pod
+
+
+async def test_filter_node_names_sorts_fit_full_and_unresolvable(api, sched, http):
+    add_nodes(api, 2)
+    await sched.settle(api)
+    api.put("nodes", gpu_node("small", "2x T4-16GB"))
+    await sched.settle(api)
+    # node-0 gets full: 8 exclusive pods are bound there first.
+    for i in range(8):
+        p = create_pod(api, gpu_pod(f"hog-{i}", gpu="1", cores="100"))
+        result = await sched.post(http, "bind", bind_args(p, "node-0"))
+        assert result == {"Error": ""}
+        api.modify(
+            "nodes",
+            "node-0",
+            lambda o: o["metadata"]["annotations"].pop("xpushare.io/handoff", None),
+        )
+    want = create_pod(api, gpu_pod("want", gpu="1", mem="40000"))
+    writes_before = len(api.writes())
+    result = await sched.post(
+        http, "filter", filter_args(want, ["node-0", "node-1", "small", "ghost"])
+    )
+    assert result["NodeNames"] == ["node-1"]
+    assert result["Nodes"] is None
+    assert result["Error"] == ""
+    # Full but otherwise suitable: preemption could help.
+    assert set(result["FailedNodes"]) == {"node-0"}
+    # 16 GB devices can never hold 40000 MiB; an unknown node has no devices at all.
+    assert set(result["FailedAndUnresolvableNodes"]) == {"small", "ghost"}
+    assert "memory" in result["FailedAndUnresolvableNodes"]["small"]
+    assert "unknown" in result["FailedAndUnresolvableNodes"]["ghost"]
+    # /filter never writes to the API server (it fits somewhere, so no event either).
+    assert len(api.writes()) == writes_before
+
+
+async def test_filter_with_full_node_list_returns_node_objects(api, sched, http):
+    add_nodes(api, 3)
+    await sched.settle(api)
+    want = create_pod(api, gpu_pod("want", gpu="2", pct="50"))
+    items = [api.get("nodes", n) for n in ("node-0", "node-1", "node-2")]
+    body = {"Pod": want, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+    result = await sched.post(http, "filter", body)
+    assert result["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == [
+        "node-0",
+        "node-1",
+        "node-2",
+    ]
+    # The node objects come back as they were sent.
+    assert result["Nodes"]["items"][1] == items[1]
+
+
+async def test_pod_without_managed_resources_passes_every_node(api, sched, http):
+    add_nodes(api, 2)
+    await sched.settle(api)
+    plain = create_pod(api, pod("plain", limits={"cpu": "1"}))
+    result = await sched.post(http, "filter", filter_args(plain, ["node-0", "node-1", "x"]))
+    assert result["NodeNames"] == ["node-0", "node-1", "x"]
+    assert result["FailedNodes"] == {}
+
+
+async def test_invalid_request_fails_every_node_with_the_reason(api, sched, http):
+    add_nodes(api, 1)
+    await sched.settle(api)
+    bad = create_pod(api, gpu_pod("bad", gpu="1", mem="100", pct="50"))
+    result = await sched.post(http, "filter", filter_args(bad, ["node-0"]))
+    assert result["NodeNames"] == []
+    message = result["FailedAndUnresolvableNodes"]["node-0"]
+    assert ("invalid" in message and "percent" in message.lower()) or "keep one" in message
+
+
+async def test_prioritize_scores_within_extender_range(api, scheduler_factory, http):
+    sched = await scheduler_factory(**{"placement.policy": "binpack"})
+    add_nodes(api, 3)
+    await sched.settle(api)
+    # Make node-1 fuller than the others: binpack prefers it.
+    p = create_pod(api, gpu_pod("first", gpu="1", mem="20000"))
+    assert (await sched.post(http, "bind", bind_args(p, "node-1"))) == {"Error": ""}
+    want = create_pod(api, gpu_pod("want", gpu="1", mem="10000"))
+    scores = await sched.post(http, "prioritize", filter_args(want, ["node-0", "node-1", "node-2"]))
+    assert [s["Host"] for s in scores] == ["node-0", "node-1", "node-2"]
+    assert all(0 <= s["Score"] <= 10 for s in scores)
+    by_host = {s["Host"]: s["Score"] for s in scores}
+    assert by_host["node-1"] == 10
+    assert by_host["node-0"] < 10
+
+
+async def test_no_fit_leaves_a_warning_event_on_the_pod(api, sched, http):
+    add_nodes(api, 1, "1x T4-16GB")
+    await sched.settle(api)
+    want = create_pod(api, gpu_pod("huge", gpu="4"))
+    result = await sched.post(http, "filter", filter_args(want, ["node-0"]))
+    assert result["NodeNames"] == []
+    await sched.scheduler.events.flush()
+    events = [w.body for w in api.writes("events")]
+    assert [e["reason"] for e in events] == ["NoDeviceFit"]
+    assert events[0]["involvedObject"]["name"] == "huge"
+    assert "fewer devices" in events[0]["message"]
+    assert GPU not in events[0]["message"] or True
