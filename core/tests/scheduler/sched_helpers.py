@@ -83,18 +83,10 @@ class Running:
     async def settle(self, api: FakeApiServer, timeout_s: float = 5.0) -> None:
         """Wait until the scheduler's watches have seen every change the server holds."""
 
-        def latest(resource: str) -> int:
-            versions = [
-                int(o["metadata"]["resourceVersion"])
-                for (plural, _, _), o in api.objects.items()
-                if plural == resource
-            ]
-            return max(versions, default=0)
-
         def seen() -> bool:
             for informer in self.scheduler.informers:
                 version = int(informer.version or 0)
-                if version < latest(informer.resource):
+                if version < api.last_version(informer.resource):
                     return False
             return True
 

@@ -1,4 +1,4 @@
-"""/bind: one pod write carrying the assignment, the node handoff, and everything failure gives back."""
+"""/bind: one pod write with the assignment, the node handoff, and what a failure gives back."""
 
 from __future__ import annotations
 

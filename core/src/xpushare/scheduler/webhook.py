@@ -330,8 +330,12 @@ class Webhook:
                 raw = source.get(resource)
                 if raw is None:
                     continue
+                text = raw.strip()
+                negative = text.startswith("-")
                 try:
-                    value = parse_quantity(raw)
+                    value = parse_quantity(text[1:] if negative else text)
+                    if negative and value != 0:
+                        value = -value
                 except ValueError:
                     raise AdmissionDenied(
                         f"{where}: {resource} is {raw!r}, which is not a number"

@@ -234,6 +234,7 @@ class FakeApiServer:
         self.objects: dict[tuple[str, str | None, str], Object] = {}
         self.requests: list[RecordedRequest] = []
         self._rv = 0
+        self._last: dict[str, int] = {}
         self._history: deque[tuple[int, str, str | None, Object]] = deque(maxlen=history)
         self._oldest_rv = 0
         self._watchers: list[_Watcher] = []
@@ -278,6 +279,10 @@ class FakeApiServer:
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    def last_version(self, plural: str) -> int:
+        """The version of the latest change to any object of *plural* (0: none yet)."""
+        return self._last.get(plural, 0)
 
     def get(self, plural: str, name: str, namespace: str | None = None) -> Object | None:
         """A copy of a stored object, or None."""
@@ -379,6 +384,7 @@ class FakeApiServer:
         return obj
 
     def _emit(self, plural: str, namespace: str | None, kind: str, obj: Object) -> None:
+        self._last[plural] = self._rv
         event = {"type": kind, "object": copy.deepcopy(obj)}
         if len(self._history) == self._history.maxlen and self._history:
             self._oldest_rv = self._history[0][0]

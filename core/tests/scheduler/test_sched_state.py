@@ -1,0 +1,168 @@
+"""Cluster state from watches: counting, giving back, HAMi pods, relist after 410, restart."""
+
+from __future__ import annotations
+
+from sched_helpers import (
+    DevicePlugin,
+    add_nodes,
+    bind_args,
+    create_pod,
+    filter_args,
+    gpu_pod,
+    start_scheduler,
+)
+
+from xpushare.testing.apiserver import node, pod
+
+HAMI_REGISTER = (
+    '[{"id":"GPU-aaa","count":10,"devmem":81920,"devcore":100,"type":"NVIDIA A100",'
+    '"health":true},{"id":"GPU-bbb","index":1,"count":10,"devmem":81920,"devcore":100,'
+    '"type":"NVIDIA A100","health":true}]'
+)
+
+
+def used_memory(sched, node_name):
+    state = sched.scheduler.ledger.node(node_name)
+    return {d.id: d.used_memory for t in state.tables.values() for d in t.devices}
+
+
+async def test_bound_pods_count_and_deleted_or_finished_pods_give_back(api, sched, http):
+    add_nodes(api, 1)
+    a = create_pod(api, gpu_pod("a", gpu="1", mem="10000"))
+    b = create_pod(api, gpu_pod("b", gpu="1", mem="20000"))
+    await sched.settle(api)
+    with DevicePlugin(api):
+        for p in (a, b):
+            assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
+    await sched.settle(api)
+    assert sum(used_memory(sched, "node-0").values()) == 30000
+    api.modify("pods", "a", lambda o: o["status"].__setitem__("phase", "Succeeded"))
+    await sched.settle(api)
+    assert sum(used_memory(sched, "node-0").values()) == 20000
+    api.delete("pods", "b")
+    await sched.settle(api)
+    assert sum(used_memory(sched, "node-0").values()) == 0
+    assert len(sched.scheduler.ledger) == 0
+
+
+async def test_pods_placed_by_hami_are_counted(api, sched, http):
+    api.put("nodes", node("hami-node", {"hami.io/node-nvidia-register": HAMI_REGISTER}))
+    hami_pod = pod(
+        "trainer",
+        node_name="hami-node",
+        phase="Running",
+        limits={"nvidia.com/gpu": "1"},
+        annotations={
+            "hami.io/vgpu-node": "hami-node",
+            "hami.io/vgpu-devices-allocated": "GPU-aaa,NVIDIA,60000,30:;",
+        },
+    )
+    api.put("pods", hami_pod)
+    await sched.settle(api)
+    state = sched.scheduler.ledger.node("hami-node")
+    device = state.tables["nvidia"].by_id["GPU-aaa"]
+    assert (device.used_memory, device.used_compute, device.used_slots) == (60000, 30, 1)
+    assert state.tables["nvidia"].by_id["GPU-bbb"].used_memory == 0
+
+
+async def test_malformed_annotations_are_reported_and_ignored(api, sched, http):
+    add_nodes(api, 1)
+    api.put("nodes", node("broken", {"xpushare.io/inventory-mock": "{nope"}))
+    api.put("nodes", node("wrong-hami", {"hami.io/node-nvidia-register": "[{]"}))
+    api.put(
+        "pods",
+        pod("garbled", node_name="node-0", annotations={"xpushare.io/assignment": "12"}),
+    )
+    api.put(
+        "pods",
+        pod(
+            "bad-hami",
+            node_name="node-0",
+            annotations={"hami.io/vgpu-devices-allocated": "GPU-x,NVIDIA,-5,0:;"},
+        ),
+    )
+    await sched.settle(api)
+    # Still serving: a good pod is filtered and placed on the good node.
+    want = create_pod(api, gpu_pod("want", gpu="1"))
+    await sched.settle(api)
+    result = await sched.post(http, "filter", filter_args(want, ["node-0", "broken"]))
+    assert result["NodeNames"] == ["node-0"]
+    assert "broken" in result["FailedAndUnresolvableNodes"]
+    errors = sched.scheduler.metrics.annotation_errors
+    counted = {
+        (s.labels["kind"], s.labels["key"]): s.value
+        for m in errors.collect()
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
+    assert counted[("node", "xpushare.io/inventory-mock")] == 1
+    assert counted[("node", "hami.io/node-nvidia-register")] == 1
+    assert counted[("pod", "xpushare.io/assignment")] == 2
+    await sched.scheduler.events.flush()
+    events = [w.body for w in api.writes("events")]
+    bad = {
+        (e["involvedObject"]["kind"], e["involvedObject"]["name"])
+        for e in events
+        if e["reason"] == "MalformedAnnotation"
+    }
+    assert bad == {
+        ("Node", "broken"),
+        ("Node", "wrong-hami"),
+        ("Pod", "garbled"),
+        ("Pod", "bad-hami"),
+    }
+
+
+async def test_watch_expiry_relists_and_forgets_what_was_deleted_meanwhile(api, sched, http):
+    add_nodes(api, 2)
+    a = create_pod(api, gpu_pod("a", gpu="1", mem="1000"))
+    await sched.settle(api)
+    with DevicePlugin(api):
+        assert (await sched.post(http, "bind", bind_args(a, "node-0"))) == {"Error": ""}
+    await sched.settle(api)
+    pods_informer = next(i for i in sched.scheduler.informers if i.resource == "pods")
+    relists = pods_informer.relists
+    # While the scheduler is cut off, a pod and a node go away and history is compacted:
+    # resuming is impossible (410), so the informers must relist and reconcile.
+    api.inject("GET", r"watch|/api/v1/pods$|/api/v1/nodes$", 503, times=2)
+    api.close_watches()
+    api.delete("pods", "a")
+    api.delete("nodes", "node-1")
+    api.compact()
+    await api.wait_for(lambda: pods_informer.relists > relists)
+    await sched.settle(api)
+    assert len(sched.scheduler.ledger) == 0
+    assert sched.scheduler.ledger.node("node-1") is None
+
+
+async def test_restart_rebuilds_identical_state(api, sched, http):
+    add_nodes(api, 3, "4x A100-80GB")
+    api.put("nodes", node("hami-node", {"hami.io/node-nvidia-register": HAMI_REGISTER}))
+    api.put(
+        "pods",
+        pod(
+            "hami",
+            node_name="hami-node",
+            annotations={"hami.io/vgpu-devices-allocated": "GPU-bbb,NVIDIA,1000,10:;"},
+        ),
+    )
+    shapes = [{"gpu": "1", "mem": "20000"}, {"gpu": "2", "pct": "25"}, {"gpu": "1", "cores": "100"}]
+    pods = [create_pod(api, gpu_pod(f"p{i}", **shapes[i % 3])) for i in range(9)]
+    await sched.settle(api)
+    with DevicePlugin(api):
+        for i, p in enumerate(pods):
+            result = await sched.post(
+                http, "filter", filter_args(p, ["node-0", "node-1", "node-2"])
+            )
+            target = result["NodeNames"][i % len(result["NodeNames"])]
+            assert (await sched.post(http, "bind", bind_args(p, target))) == {"Error": ""}
+    await sched.settle(api)
+    before = sched.scheduler.ledger.snapshot()
+    assert before == sched.scheduler.ledger.recount()
+    await sched.close()
+    again = await start_scheduler(api)
+    try:
+        await again.settle(api)
+        assert again.scheduler.ledger.snapshot() == before
+    finally:
+        await again.close()
