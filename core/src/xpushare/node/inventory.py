@@ -135,8 +135,8 @@ class InventoryPublisher:
         for vendor, devices in self._vendors.items():
             view = devices.view
             annotations[inventory_key(vendor)] = vendor_annotation(vendor, self.node, view)
-            if view.state == "error":
-                continue  # keep the labels of the last good detection as they are
+            # In state "error" the view still holds the last good devices, so their labels
+            # stay as they were.
             labels.update(vendor_labels(vendor, view))
         return annotations, labels
 
