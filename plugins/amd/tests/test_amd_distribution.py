@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 from amd_fakes import build_library, mi300x
 
+# Builds two wheels and a virtual environment: about 15 s on two cores.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[3]
 
 

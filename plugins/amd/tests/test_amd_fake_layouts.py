@@ -13,13 +13,13 @@ from pathlib import Path
 from amd_fakes import FakeGpu, build_library, implemented_symbols, wrapper_symbols
 
 from xpushare.native import LibraryThread
-from xpushare_amd import binding
+from xpushare_amd import library
 
 
 def _wrapper(lib: Path) -> object:
     with LibraryThread("amd-layout-test") as thread:
-        native = thread.load([str(lib)], mode=binding.DLOPEN_MODE)
-        module = thread.call(binding.import_amdsmi, native)
+        native = thread.load([str(lib)], mode=library.DLOPEN_MODE)
+        module = thread.call(library.import_amdsmi, native)
     return module.amdsmi_wrapper
 
 

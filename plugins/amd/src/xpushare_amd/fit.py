@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from xpushare.models import DeviceSlice, FitReason, FitResult
 from xpushare_amd import ids
-from xpushare_amd.names import VENDOR
+from xpushare_amd.config import VENDOR
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -1,9 +1,9 @@
 """The AMD vendor plugin's hooks (entry point ``amd``): the whole vendor contract for AMD GPUs.
 
 Node side (on the vendor's library thread, xpushare.hookspecs): startup loads ROCm's
-``libamd_smi.so`` and the ``amdsmi`` wrapper (:mod:`~xpushare_amd.binding`), detect and
-monitor read the GPUs (:mod:`~xpushare_amd.inventory`, :mod:`~xpushare_amd.telemetry`),
-allocate gives containers their device nodes (:mod:`~xpushare_amd.allocation`).
+``libamd_smi.so`` and the ``amdsmi`` wrapper (:mod:`~xpushare_amd.library`), detect and
+monitor read the GPUs (:mod:`~xpushare_amd.detect`, :mod:`~xpushare_amd.monitor`),
+allocate gives containers their device nodes (:mod:`~xpushare_amd.allocate`).
 
 Scheduler side (pure): requests are parsed by the core with HAMi's AMD default of 100 %
 compute when ``amd.com/gpucores`` is omitted; the fit books compute units and guards
@@ -38,41 +38,45 @@ from xpushare.models import (
     VendorSpec,
 )
 from xpushare.native import NodeContext
-from xpushare_amd import allocation, binding, inventory, telemetry
+from xpushare_amd import allocate, detect, health, library, monitor
+from xpushare_amd import config as config_mod
 from xpushare_amd import fit as amd_fit
-from xpushare_amd.names import (
-    CONFIG_SHARE_SLOTS,
-    DEFAULT_COMPUTE_PERCENT,
-    DEFAULT_RESOURCES,
-    DEFAULT_SHARE_SLOTS,
-    VENDOR,
-)
+from xpushare_amd.config import VENDOR
 
 _SMI = "smi"
 _HANDLES = "handles"
 
 
+_CONFIG = "config"
+
+
 @hookimpl
 def xpushare_vendor() -> VendorSpec:
+    config = config_mod.parse(config_mod.load_file())
     return VendorSpec(
         name=VENDOR,
         api_version=API_VERSION,
         display_name="AMD GPUs (ROCm, AMD SMI)",
-        resource_names=DEFAULT_RESOURCES,
-        config={CONFIG_SHARE_SLOTS: DEFAULT_SHARE_SLOTS},
+        resource_names=config.resource_names,
+        config=config.model_dump(mode="json", exclude_none=True),
     )
 
 
-def _smi(ctx: NodeContext) -> binding.Smi:
+def _smi(ctx: NodeContext) -> library.Smi:
     smi = ctx.state.get(_SMI)
-    if not isinstance(smi, binding.Smi):
+    if not isinstance(smi, library.Smi):
         raise VendorUnavailable(VENDOR, "AMD SMI is not started (xpushare_startup did not run)")
     return smi
 
 
 @hookimpl
 def xpushare_startup(ctx: NodeContext) -> None:
-    ctx.state[_SMI] = binding.start(ctx)
+    try:
+        config = config_mod.parse(ctx.config)
+    except ValueError as exc:
+        raise VendorUnavailable(VENDOR, f"{exc}; fix the amd section of the configuration") from exc
+    ctx.state[_CONFIG] = config
+    ctx.state[_SMI] = library.start(ctx, config)
     ctx.state[_HANDLES] = {}
 
 
@@ -80,31 +84,31 @@ def xpushare_startup(ctx: NodeContext) -> None:
 def xpushare_shutdown(ctx: NodeContext) -> None:
     smi = ctx.state.pop(_SMI, None)
     ctx.state.clear()
-    if isinstance(smi, binding.Smi):
-        binding.stop(smi)
+    if isinstance(smi, library.Smi):
+        library.stop(smi)
 
 
 @hookimpl
 def xpushare_detect(ctx: NodeContext) -> list[Device]:
-    slots = int(ctx.config.get(CONFIG_SHARE_SLOTS, DEFAULT_SHARE_SLOTS))
-    devices, handles = inventory.detect(_smi(ctx), slots)
+    config: config_mod.AmdConfig = ctx.state[_CONFIG]
+    devices, handles = detect.detect(_smi(ctx), config.share_slots)
     ctx.state[_HANDLES] = handles
     return devices
 
 
 @hookimpl
 def xpushare_monitor(ctx: NodeContext, devices: Sequence[Device]) -> MonitorSnapshot:
-    return telemetry.snapshot(_smi(ctx), devices, ctx.state.get(_HANDLES, {}))
+    return monitor.snapshot(_smi(ctx), devices, ctx.state.get(_HANDLES, {}))
 
 
 @hookimpl
 def xpushare_check_health(ctx: NodeContext, devices: Sequence[Device]) -> list[HealthEvent]:
-    return telemetry.health_changes(_smi(ctx), devices, ctx.state.get(_HANDLES, {}))
+    return health.health_changes(_smi(ctx), devices, ctx.state.get(_HANDLES, {}))
 
 
 @hookimpl
 def xpushare_allocate(request: AllocateRequest) -> ContainerAllocation:
-    return allocation.allocate(request)
+    return allocate.allocate(request)
 
 
 @hookimpl(wrapper=True)
@@ -118,7 +122,8 @@ def xpushare_resource_request(
         return request
     if compute in container.limits or compute in container.requests:
         return request
-    return request.model_copy(update={"compute_percent": DEFAULT_COMPUTE_PERCENT})
+    default = int(vendor.config.get("default_compute_percent", config_mod.DEFAULT_COMPUTE_PERCENT))
+    return request.model_copy(update={"compute_percent": default})
 
 
 @hookimpl

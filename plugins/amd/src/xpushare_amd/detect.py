@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.models import Device, LinkKind, TopologyLink
 from xpushare_amd import ids
-from xpushare_amd.names import BYTES_PER_MIB, VENDOR
+from xpushare_amd.config import BYTES_PER_MIB, VENDOR
 
 if TYPE_CHECKING:
-    from xpushare_amd.binding import Smi
+    from xpushare_amd.library import Smi
 
 log = logging.getLogger(__name__)
 

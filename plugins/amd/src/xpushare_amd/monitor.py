@@ -1,10 +1,9 @@
-"""Monitoring and health: per-GPU readings from amdsmi, and ECC-based health changes.
+"""Monitoring: per-GPU readings from amdsmi, kept by the node agent for its metrics.
 
 A reading amdsmi cannot give (not supported on this GPU, no permission, the wrapper's
 ``"N/A"``) is left ``None``: the metrics endpoint then omits it instead of reporting a zero
-nobody measured (research/gpustack-devices.md §2.3). Health follows GPUStack's AMD signal,
-uncorrectable ECC errors in the UMC (memory) block (§2.2); a GPU that cannot report ECC
-(consumer parts) keeps the health detection gave it.
+nobody measured (research/gpustack-devices.md §2.3). Each sample also carries the GPU's
+health as :mod:`xpushare_amd.health` reads it.
 
 Per-container usage is not reported: amdsmi lists processes with host PIDs, and mapping
 them to pods needs the node's cgroup tree, which is the node agent's business, not the
@@ -15,14 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from xpushare.models import DeviceSample, HealthEvent, MonitorSnapshot
-from xpushare_amd.names import BYTES_PER_MIB
+from xpushare.models import DeviceSample, MonitorSnapshot
+from xpushare_amd.config import BYTES_PER_MIB
+from xpushare_amd.health import uncorrectable_errors
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from xpushare.models import Device
-    from xpushare_amd.binding import Smi
+    from xpushare_amd.library import Smi
 
 #: amdsmi reports a 16-bit all-ones value for an unavailable activity or power reading.
 _NA16 = 0xFFFF
@@ -32,15 +32,6 @@ def _reading(value: Any, *, limit: int = _NA16) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value >= limit:
         return None
     return value
-
-
-def uncorrectable_errors(smi: Smi, handle: Any) -> int | None:
-    """UMC uncorrectable ECC errors since boot; ``None`` where the GPU cannot tell."""
-    ecc = smi.optional("amdsmi_get_gpu_ecc_count", handle, smi.api.AmdSmiGpuBlock.UMC)
-    if not ecc:
-        return None
-    value = ecc.get("uncorrectable_count")
-    return value if isinstance(value, int) else None
 
 
 def _temperature(smi: Smi, handle: Any) -> float | None:
@@ -94,27 +85,3 @@ def snapshot(smi: Smi, devices: Sequence[Device], handles: Mapping[str, Any]) ->
         else:
             samples.append(sample(smi, device, handle))
     return MonitorSnapshot(devices=tuple(samples))
-
-
-def health_changes(
-    smi: Smi, devices: Sequence[Device], handles: Mapping[str, Any]
-) -> list[HealthEvent]:
-    """Devices whose ECC-based health differs from what *devices* says."""
-    events = []
-    for device in devices:
-        handle = handles.get(device.id)
-        if handle is None:
-            continue
-        errors = uncorrectable_errors(smi, handle)
-        if errors is None:
-            continue
-        healthy = errors == 0
-        if healthy != device.healthy:
-            reason = (
-                "no uncorrectable memory (UMC) ECC errors any more"
-                if healthy
-                else f"{errors} uncorrectable memory (UMC) ECC error(s); drain the GPU and "
-                "check it with `amd-smi metric --ecc`"
-            )
-            events.append(HealthEvent(device_id=device.id, healthy=healthy, reason=reason))
-    return events

@@ -30,8 +30,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xpushare.models import ContainerAllocation, DeviceNode
+from xpushare_amd.config import VENDOR
 from xpushare_amd.fit import granted_units
-from xpushare_amd.names import VENDOR
 
 if TYPE_CHECKING:
     from xpushare.models import AllocateRequest, Device

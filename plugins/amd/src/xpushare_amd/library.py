@@ -41,14 +41,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from xpushare.errors import VendorUnavailable
 from xpushare.native import STANDARD_LIBRARY_DIRS, LibraryNotFound
-from xpushare_amd.names import (
-    CONFIG_LIBRARY_PATH,
-    CONFIG_ROCM_ROOTS,
+from xpushare_amd.config import (
     DEFAULT_ROCM_ROOT,
     LIBRARY_DIR_ENV,
     LIBRARY_NAME,
     ROCM_ENV,
     VENDOR,
+    AmdConfig,
 )
 
 if TYPE_CHECKING:
@@ -112,7 +111,7 @@ class Smi:
             return None
 
 
-def library_candidates(config: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:
+def library_candidates(config: AmdConfig, environ: Mapping[str, str]) -> list[str]:
     """Every path to try for ``libamd_smi.so``, best first, all absolute.
 
     Order: the vendor option ``library_path`` (a file, or a directory holding it);
@@ -121,19 +120,15 @@ def library_candidates(config: Mapping[str, Any], environ: Mapping[str, str]) ->
     standard library directories. Only absolute paths, so the error can say where it looked.
     """
     found: list[Path] = []
-    explicit = config.get(CONFIG_LIBRARY_PATH)
-    if explicit:
-        path = Path(str(explicit))
+    if config.library_path:
+        path = Path(config.library_path)
         is_file = path.is_file() or path.name.endswith(".so") or ".so." in path.name
         found.append(path if is_file else path / LIBRARY_NAME)
     lib_dir = environ.get(LIBRARY_DIR_ENV)
     if lib_dir:
         found.append(Path(lib_dir) / LIBRARY_NAME)
     roots = [environ[v] for v in ROCM_ENV if environ.get(v)]
-    configured = config.get(CONFIG_ROCM_ROOTS) or ()
-    if isinstance(configured, str):
-        configured = [r for r in configured.split(",") if r.strip()]
-    roots += [str(r).strip() for r in configured]
+    roots += config.rocm_roots
     roots.append(DEFAULT_ROCM_ROOT)
     found += [Path(root) / "lib" / LIBRARY_NAME for root in roots]
     found += [Path(d) / LIBRARY_NAME for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
@@ -152,7 +147,7 @@ def not_found_reason(exc: LibraryNotFound) -> str:
         lines.append(f"  not present: {', '.join(absent)}")
     lines.append(
         "Install ROCm's amd-smi-lib on the node and mount its ROCm directory into the node "
-        f"agent, or set the amd vendor option {CONFIG_LIBRARY_PATH!r} (or ROCM_PATH) to "
+        "agent, or set the amd vendor option 'library_path' (or ROCM_PATH) to "
         "where libamd_smi.so is."
     )
     return "\n".join(lines)
@@ -223,7 +218,7 @@ def import_amdsmi(library: NativeLibrary) -> ModuleType:
                 f"{library.path} lacks the function {missing}, which the amdsmi {version} "
                 "Python package needs: the node's ROCm is older than (or differs from) "
                 "ROCm 7.0. Install ROCm 7.0's amd-smi-lib on the node, or set the amd vendor "
-                f"option {CONFIG_LIBRARY_PATH!r} to a libamd_smi.so from ROCm 7.0",
+                "option 'library_path' to a libamd_smi.so from ROCm 7.0",
             ) from exc
         except Exception as exc:
             raise VendorUnavailable(
@@ -259,7 +254,7 @@ def _init_reason(smi_status: int | None, detail: str, path: str) -> str:
     return what
 
 
-def start(ctx: NodeContext) -> Smi:
+def start(ctx: NodeContext, config: AmdConfig) -> Smi:
     """Load the library, import the wrapper bound to it, and ``amdsmi_init`` for GPUs.
 
     Runs on the vendor's library thread (``xpushare_startup``).
@@ -267,7 +262,7 @@ def start(ctx: NodeContext) -> Smi:
     :raises VendorUnavailable: anything that stops the vendor here, with what to do.
     """
     try:
-        library = ctx.load_library(library_candidates(ctx.config, os.environ), mode=DLOPEN_MODE)
+        library = ctx.load_library(library_candidates(config, os.environ), mode=DLOPEN_MODE)
     except LibraryNotFound as exc:
         raise VendorUnavailable(VENDOR, not_found_reason(exc)) from exc
     api = import_amdsmi(library)
