@@ -1,4 +1,4 @@
-"""The admission webhook over HTTP(S): patches applied with jsonpatch, precise denials, TLS reload."""
+"""The admission webhook over HTTP(S): patches applied with jsonpatch, denials, TLS reload."""
 
 from __future__ import annotations
 

@@ -1,0 +1,65 @@
+"""Configuration from file, environment and flags, and its errors."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from xpushare.cli.main import main
+from xpushare.scheduler.config import ConfigError, load_config
+
+
+def test_file_then_environment_then_flags(tmp_path):
+    file = tmp_path / "scheduler.yaml"
+    file.write_text(
+        "scheduler_name: from-file\nbind:\n  wait_s: 7\n  handoff_ttl_s: 30\n"
+        "webhook:\n  bypass_namespaces: [a]\n"
+    )
+    env = {
+        "XPUSHARE_SCHEDULER__BIND__WAIT_S": "4",
+        "XPUSHARE_SCHEDULER__WEBHOOK__BYPASS_NAMESPACES": "b,c",
+        "XPUSHARE_SCHEDULER__PLACEMENT__MEMORY_OVERCOMMIT": "mock=1.5,*=1",
+        "UNRELATED": "x",
+    }
+    config = load_config(file, env, {"bind.wait_s": "2"})
+    assert config.scheduler_name == "from-file"
+    assert config.bind.wait_s == 2
+    assert config.bind.handoff_ttl_s == 30
+    assert config.webhook.bypass_namespaces == ("b", "c")
+    assert config.placement.memory_overcommit == {"mock": 1.5, "*": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"XPUSHARE_SCHEDULER__BIND__WAIT_S": "soon"}, "bind.wait_s"),
+        ({"XPUSHARE_SCHEDULER__BIND__WAIT_S": "600"}, "bind.wait_s"),
+        ({"XPUSHARE_SCHEDULER__SERVER__PORTT": "1"}, "server.portt"),
+        ({"XPUSHARE_SCHEDULER__TLS__CERT_FILE": "/x"}, "given together"),
+        ({"XPUSHARE_SCHEDULER__LEADER__RETRY_PERIOD_S": "30"}, "retry_period_s"),
+    ],
+)
+def test_invalid_settings_name_the_setting_and_the_source(env, words):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, env)
+    assert words in str(err.value)
+    assert "XPUSHARE_SCHEDULER__* variables" in str(err.value)
+
+
+def test_unreadable_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(bad, {})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml", {})
+
+
+def test_cli_prints_the_effective_configuration():
+    result = CliRunner().invoke(
+        main, ["scheduler", "--print-config", "--port", "9443", "--set", "bind.wait_s=3"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "port: 9443" in result.output and "wait_s: 3.0" in result.output
+    bad = CliRunner().invoke(main, ["scheduler", "--print-config", "--set", "bind.wait_s=x"])
+    assert bad.exit_code != 0 and "bind.wait_s" in bad.output
