@@ -38,6 +38,11 @@ Pick = tuple[DeviceState, int, int, bool, str | None]
 Extra = dict[str, list[int]]
 #: A policy's preferred device order for one demand on one table (None: inventory order).
 DeviceOrder = Callable[[NodeState, DeviceTable, Demand], Sequence[DeviceState] | None]
+#: A vendor's own fit for one demand: (node, table, demand, order, extra, full) -> picks, why.
+DemandFitter = Callable[
+    [NodeState, DeviceTable, Demand, Sequence[DeviceState] | None, Extra | None, bool],
+    tuple[list[Pick] | None, Counter[FitReason]],
+]
 
 _NONE = (0, 0, 0, 0)
 _NODE_WIDE = frozenset(
@@ -65,6 +70,8 @@ def quick_reject(table: DeviceTable, demand: Demand) -> FitReason | None:
     if count > table.n_healthy:
         return FitReason.UNHEALTHY
     if count > table.n_usable:
+        if count > table.n_healthy - table.n_held:
+            return FitReason.HELD_EXCLUSIVELY
         return FitReason.SLOTS_EXHAUSTED
     if demand.exclusive and count > table.n_whole_free:
         return FitReason.EXCLUSIVE_CONFLICT
@@ -208,6 +215,18 @@ class PodFit:
     #: Devices examined for the failed demand, for "k/n devices" in messages.
     examined: int = 0
 
+    def primary(self) -> FitReason | None:
+        """The main reason it does not fit: a node-wide one, else the commonest per device."""
+        if self.fits or not self.reasons:
+            return None
+        for r in self.reasons:
+            if r in _NODE_WIDE and r is not FitReason.NOT_ENOUGH_FIT:
+                return r
+        devices = [(n, r) for r, n in self.reasons.items() if r not in _NODE_WIDE]
+        if devices:
+            return max(devices, key=lambda x: (x[0], x[1].value))[1]
+        return next(iter(self.reasons))
+
     def message(self) -> str:
         """One line for a user: what failed and why, per reason."""
         if self.fits:
@@ -232,13 +251,15 @@ def fit_pod(
     *,
     full: bool = False,
     quick: bool = True,
+    custom: Mapping[str, DemandFitter] | None = None,
 ) -> PodFit:
     """Fit every container of *request* on *node* without changing it.
 
     Init containers run one after the other before the app containers, so each is fitted
     against the node as it is; app containers run together, so each sees the devices the
     ones before it took. With ``quick`` a demand is first checked against the table's
-    summaries (the answer is the same; only the reason is coarser).
+    summaries (the answer is the same; only the reason is coarser). *custom* maps a vendor
+    to its own fit, used instead of the default for that vendor's demands.
     """
     reason = host_reject(node, request)
     if reason is not None:
@@ -250,7 +271,8 @@ def fit_pod(
         if table is None or not table.devices:
             return PodFit(False, reasons=Counter({FitReason.NO_DEVICES: 1}), failed=demand)
         use = None if demand.init else extra
-        if quick and not use and not full:
+        fitter = custom.get(demand.vendor) if custom else None
+        if quick and not use and not full and fitter is None:
             why = quick_reject(table, demand)
             if why is not None:
                 return PodFit(
@@ -260,7 +282,10 @@ def fit_pod(
                     examined=len(table.devices),
                 )
         devices = order(node, table, demand) if order is not None else None
-        picks, reasons = fit_demand(table, demand, devices, use, full=full)
+        if fitter is not None:
+            picks, reasons = fitter(node, table, demand, devices, use, full)
+        else:
+            picks, reasons = fit_demand(table, demand, devices, use, full=full)
         if picks is None:
             return PodFit(False, reasons=reasons, failed=demand, examined=len(table.devices))
         out.append((demand, picks))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from xpushare.scheduling.fit import PodFit
+    from xpushare.scheduling.fragmentation import Workload
     from xpushare.scheduling.request import Demand, PodRequest
     from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
 
@@ -48,6 +49,9 @@ class Policy:
 
     def observe(self, request: PodRequest) -> None:
         """Called once per pod the engine places; policies that learn the workload use it."""
+
+    def set_workload(self, workload: Workload) -> None:
+        """The task shapes to expect and their frequencies; policies that use them keep it."""
 
     def __repr__(self) -> str:
         return f"<policy {self.name}>"

@@ -123,6 +123,7 @@ class DeviceTable:
         "mem_cap_total",
         "mem_used",
         "n_healthy",
+        "n_held",
         "n_usable",
         "n_whole_free",
         "signature",
@@ -143,6 +144,7 @@ class DeviceTable:
         #: percent request be checked against the summary without a device scan.
         self.uniform_memory: int | None = memories.pop() if len(memories) == 1 else None
         self.n_healthy = 0
+        self.n_held = 0
         self.n_usable = 0
         self.n_whole_free = 0
         self.max_free_memory = 0
@@ -160,7 +162,7 @@ class DeviceTable:
 
     def refresh(self) -> None:
         """Recompute the summaries from the devices; called after every change."""
-        n_healthy = n_usable = n_whole = 0
+        n_healthy = n_held = n_usable = n_whole = 0
         max_mem = max_compute = 0
         slots_total = slots_used = mem_cap = mem_used = c_cap = c_used = 0
         units_free = units_total = 0
@@ -176,7 +178,10 @@ class DeviceTable:
             n_healthy += 1
             units_total += UNITS
             units_free += d.free_units()
-            if d.exclusive or d.used_slots >= d.slots:
+            if d.exclusive:
+                n_held += 1
+                continue
+            if d.used_slots >= d.slots:
                 continue
             n_usable += 1
             if d.used_slots == 0:
@@ -188,6 +193,7 @@ class DeviceTable:
             if free_compute > max_compute:
                 max_compute = free_compute
         self.n_healthy = n_healthy
+        self.n_held = n_held
         self.n_usable = n_usable
         self.n_whole_free = n_whole
         self.max_free_memory = max_mem

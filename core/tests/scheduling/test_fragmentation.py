@@ -1,0 +1,144 @@
+"""The fragmentation measure on small fleets, against values worked out by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from xpushare.models import (
+    ContainerAssignment,
+    ContainerRequest,
+    Device,
+    DeviceSlice,
+    PodAssignment,
+)
+from xpushare.scheduling import (
+    FragmentationMeter,
+    FragmentationPolicy,
+    PodRequest,
+    TaskShape,
+    UsageLedger,
+    Workload,
+)
+
+
+def gpus(node: str, n: int, model: str = "A100") -> list[Device]:
+    return [
+        Device(vendor="acme", id=f"{node}-{i}", index=i, model=model, memory_mib=1000)
+        for i in range(n)
+    ]
+
+
+def use(ledger: UsageLedger, key: str, node: str, device: int, percent: int) -> None:
+    """Book *percent* of the memory and compute of one device."""
+    s = DeviceSlice(device_id=f"{node}-{device}", memory_mib=10 * percent, compute_percent=percent)
+    a = PodAssignment(
+        node=node, containers=(ContainerAssignment(container="c", vendor="acme", devices=(s,)),)
+    )
+    ledger.add(key, a)
+
+
+def pod(cpu: int = 0, **kw: Any) -> PodRequest:
+    if not kw:
+        return PodRequest.build(cpu_milli=cpu)
+    return PodRequest.build([ContainerRequest(vendor="acme", **kw)], cpu_milli=cpu)
+
+
+def share(percent: int, cpu: int = 0) -> PodRequest:
+    return pod(cpu, memory_percent=percent, compute_percent=percent)
+
+
+def whole(n: int, cpu: int = 0) -> PodRequest:
+    return pod(cpu, count=n, compute_percent=100, exclusive=True)
+
+
+def workload(*pairs: tuple[PodRequest, float]) -> Workload:
+    return Workload([TaskShape.of(r) for r, _ in pairs], [w for _, w in pairs])
+
+
+@pytest.fixture
+def fleet() -> UsageLedger:
+    """One node, 2 GPUs: GPU0 entirely free (1000 units), GPU1 with 300 units free."""
+    ledger = UsageLedger()
+    ledger.set_node("n", gpus("n", 2), cpu_milli=32000, memory_mib=100000)
+    use(ledger, "p", "n", 1, 70)
+    return ledger
+
+
+def test_hand_worked_node(fleet: UsageLedger) -> None:
+    w = workload((share(50), 0.5), (whole(1), 0.25), (whole(2), 0.25))
+    # 50 % task: GPU1 (300 free) cannot hold it -> 300.
+    # 1-GPU task: GPU1 is not entirely free -> 300.
+    # 2-GPU task: only one entirely free GPU, cannot run at all -> all 1300.
+    expected = 0.5 * 300 + 0.25 * 300 + 0.25 * 1300
+    assert FragmentationMeter(w).node_frag(fleet.nodes["n"]) == pytest.approx(expected)  # 550
+
+
+def test_a_task_the_node_lacks_cpu_for_cannot_use_any_of_it(fleet: UsageLedger) -> None:
+    w = workload((share(50, cpu=40000), 0.5), (whole(1), 0.5))
+    # 40 cores > 32: the 50 % task cannot run here, all 1300 free units are lost to it.
+    assert FragmentationMeter(w).node_frag(fleet.nodes["n"]) == pytest.approx(
+        0.5 * 1300 + 0.5 * 300
+    )
+
+
+def test_model_constraints_and_cpu_only_tasks(fleet: UsageLedger) -> None:
+    t4_only = pod(memory_percent=10, compute_percent=10, models_include=("T4",))
+    w = workload((t4_only, 0.5), (pod(cpu=1000), 0.5))
+    # Neither task can use the node's GPUs: both see all 1300 free units.
+    assert FragmentationMeter(w).node_frag(fleet.nodes["n"]) == pytest.approx(1300)
+
+
+def test_an_empty_and_a_full_node() -> None:
+    ledger = UsageLedger()
+    ledger.set_node("empty", gpus("empty", 4), cpu_milli=8000)
+    ledger.set_node("full", gpus("full", 2), cpu_milli=8000)
+    use(ledger, "a", "full", 0, 100)
+    use(ledger, "b", "full", 1, 100)
+    w = workload((share(30), 0.5), (whole(4), 0.5))
+    meter = FragmentationMeter(w)
+    assert meter.node_frag(ledger.nodes["empty"]) == 0
+    assert meter.node_frag(ledger.nodes["full"]) == 0
+
+
+def test_fgd_moves_a_task_where_fragmentation_grows_least() -> None:
+    # GPUs with 1000 and 600 free, every task asks 40 %. Best-fit would squeeze the task
+    # onto the 600 GPU (leaving 200 nobody can use); FGD keeps both GPUs able to take one.
+    ledger = UsageLedger()
+    ledger.set_node("n", gpus("n", 2))
+    use(ledger, "p", "n", 1, 40)
+    task = share(40)
+    policy = FragmentationPolicy(workload((task, 1.0)))
+    growth, picks = policy.best(ledger.nodes["n"], task)
+    assert picks is not None and picks[0][0].id == "n-0"
+    assert growth == 0
+    # Putting it on GPU1 instead would have left 200 units unusable.
+    meter = policy.meter
+    after = meter.frag_after(
+        ledger.nodes["n"],
+        [
+            (
+                ledger.nodes["n"].tables["acme"],
+                [(ledger.nodes["n"].tables["acme"].devices[1], 400, 40, False, None)],
+            )
+        ],
+        0,
+        0,
+    )
+    assert after == 200
+
+
+def test_workload_keeps_the_most_popular_shapes_up_to_the_coverage() -> None:
+    requests = [share(50)] * 6 + [whole(1)] * 3 + [whole(8)]
+    w = Workload.from_requests(requests, coverage=0.9)
+    assert len(w) == 2
+    assert w.weights == pytest.approx((6 / 9, 3 / 9))
+    assert len(Workload.from_requests(requests, coverage=1.0)) == 3
+
+
+def test_a_policy_without_a_workload_learns_it_from_the_pods_it_sees() -> None:
+    policy = FragmentationPolicy()
+    assert len(policy.workload) == 0
+    policy.observe(share(30))
+    assert [s.demand.memory_percent for s in policy.workload.shapes if s.demand] == [30]
