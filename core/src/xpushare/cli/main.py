@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from xpushare.cli import detect_cmd, plugins_cmd
-from xpushare.cli import scheduler_cmd
+from xpushare.cli import detect_cmd, node_cmd, plugins_cmd, scheduler_cmd
 from xpushare.errors import XpushareError
 
 
@@ -53,4 +52,5 @@ def main(log_level: str) -> None:
 
 main.add_command(plugins_cmd.command)
 main.add_command(detect_cmd.command)
+main.add_command(node_cmd.command)
 main.add_command(scheduler_cmd.command)
