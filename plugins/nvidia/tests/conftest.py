@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 from fake_nvml import SONAME, SOURCE, FakeNvml
+from nvidia_kit import NODE, base_config
 
 from xpushare.plugins import HostSettings, PluginHost, VendorHandle
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.clib import compile_shared_library
 from xpushare_nvidia import plugin
-
-NODE = "gpu-node-1"
 
 
 @pytest.fixture(scope="session")
@@ -47,18 +46,6 @@ def hami_dir(tmp_path: Path) -> Path:
     path.mkdir()
     (path / "libvgpu.so").write_bytes(b"\x7fELF placeholder")
     return path
-
-
-def base_config(driver_root: Path, hami_dir: Path) -> dict[str, Any]:
-    return {
-        "driver_roots": [str(driver_root)],
-        # The bare soname would find the fake already loaded in this process by its soname:
-        # tests must see only the configured root.
-        "search_loader_path": False,
-        "recovery_quiet_s": 0,
-        "event_wait_max_s": 0,
-        "hami_core": {"host_dir": "/usr/local/vgpu", "agent_dir": str(hami_dir)},
-    }
 
 
 @pytest.fixture

@@ -268,12 +268,29 @@ def _fit_partition(
     return FitResult(fits=True, devices=tuple(picks), reasons=dict(reasons))
 
 
-def score(node: NodeView, result: FitResult) -> float | None:
-    """Preference for the picked set's links; ``None`` for one GPU or an unlinked node."""
-    if not result.fits:
+def score(
+    request: ContainerRequest,
+    node: NodeView,
+    result: FitResult,
+    usage: Mapping[str, DeviceUsage],
+) -> float | None:
+    """How well connected the GPUs this node gives *request* are, in [0, 1].
+
+    ``None`` for one GPU, MIG instances, or a node without link facts. The set rated is the
+    one :func:`fit` picks on this node, since the placer may pass the plain walk's picks;
+    when that cannot be reproduced here (it is checked without memory over-commit), the
+    given picks are rated.
+    """
+    if not result.fits or request.partition is not None:
         return None
     by_id = {d.id: d for d in node.devices}
     chosen = [by_id[i] for i in dict.fromkeys(s.device_id for s in result.devices) if i in by_id]
     if len(chosen) < 2 or not any(d.links for d in chosen):
         return None
+    if topology.has_nvlink(node.devices):
+        order = [d.id for d in chosen]
+        mine = _fit_shared(request, _ordered(node.devices, order), usage, 1.0)
+        ids = list(dict.fromkeys(s.device_id for s in mine.devices))
+        if mine.fits and len(ids) == len(chosen):
+            chosen = [by_id[i] for i in ids]
     return topology.set_quality(chosen)

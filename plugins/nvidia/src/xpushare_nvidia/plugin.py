@@ -99,5 +99,7 @@ def xpushare_fit(
 
 
 @hookimpl
-def xpushare_score(node: NodeView, fit: FitResult) -> float | None:
-    return fitting.score(node, fit)
+def xpushare_score(
+    request: ContainerRequest, node: NodeView, fit: FitResult, usage: Mapping[str, DeviceUsage]
+) -> float | None:
+    return fitting.score(request, node, fit, usage)
