@@ -1,0 +1,51 @@
+"""What a container gets for its MetaX GPUs: device nodes, and its sGPU slices named.
+
+MetaX needs no container toolkit: the container gets the node's MetaX control nodes and each
+GPU's DRM nodes (gpustack-devices.md §4.5). A slice in sGPU mode is also named to MetaX's
+runtime in ``METAX_SGPUS``, one ``sgpu=<BDF>;compute=<percent>;vram=<MiB>`` entry per GPU,
+joined by ``,`` (GPUStack's fields, without the sGPU index and alias that exist only once a
+subdevice is created).
+
+Not done yet: creating the sGPU subdevice itself (``/sys/bus/pci/devices/<BDF>/sgpu/create``)
+and destroying it when the pod ends, which needs a pod-lifecycle hook the vendor contract
+does not have; until then isolation rests on MetaX's runtime honouring the variable.
+"""
+
+from __future__ import annotations
+
+from xpushare.models import AllocateRequest, ContainerAllocation, DeviceNode
+from xpushare_others.common import devices as nodes
+from xpushare_others.metax.config import MetaxConfig
+
+
+def allocate(config: MetaxConfig, request: AllocateRequest) -> ContainerAllocation:
+    who = f"pod {request.pod}, container {request.container!r} on node {request.node}"
+    by_id = {d.id: d for d in request.devices}
+    devices: list[DeviceNode] = nodes.present(config, config.control_nodes)
+    if not devices:
+        raise RuntimeError(
+            f"{who}: none of the MetaX control nodes {', '.join(config.control_nodes)} exists "
+            "on the node; load the MetaX driver and run the node agent with the host's /dev"
+        )
+    sgpus = []
+    for s in request.slices:
+        d = by_id[s.device_id]
+        card, render = d.extra.get("card_minor"), d.extra.get("render_minor")
+        if card is None or render is None:
+            raise RuntimeError(
+                f"{who}: MetaX GPU {d.id} ({d.pci_bus_id}) has no DRM node under "
+                f"{config.sysfs_root}/bus/pci/devices/{d.pci_bus_id}/drm; mount the host's /sys "
+                "into the node agent"
+            )
+        paths = [f"/dev/dri/card{card}", f"/dev/dri/renderD{render}"]
+        absent = nodes.missing(config, paths)
+        if absent:
+            raise RuntimeError(
+                f"{who}: MetaX GPU {d.id} device node(s) {', '.join(absent)} do not exist on "
+                "the node"
+            )
+        devices += [nodes.node(p) for p in paths]
+        if config.mode == "sgpu" and (s.compute_percent < 100 or s.memory_mib < d.memory_mib):
+            sgpus.append(f"sgpu={d.pci_bus_id};compute={s.compute_percent};vram={s.memory_mib}")
+    envs = {config.sgpus_env: ",".join(sgpus)} if sgpus else {}
+    return ContainerAllocation(envs=envs, devices=nodes.unique(devices))

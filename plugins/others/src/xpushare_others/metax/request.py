@@ -1,0 +1,107 @@
+"""MetaX request rules on top of the core parser, and HAMi's sGPU QoS annotations.
+
+HAMi (hami-protocol.md §8.1 and §8.2): in whole-GPU mode a container gets whole GPUs; in sGPU mode
+cores default to 100 and memory to the whole GPU, and ``metax-tech.com/vmemory`` is GiB when
+bare but bytes when it carries a unit (``4Gi``). The webhook validates the pod's QoS policy
+``metax-tech.com/sgpu-qos-policy`` (``best-effort``, the default it writes, ``fixed-share``
+or ``burst-share``) and app class ``metax-tech.com/sgpu-app-class`` (``online`` or
+``offline``), so HAMi users' pods keep the annotations they rely on.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Final
+
+from xpushare.errors import AdmissionDenied
+from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView, VendorSpec
+from xpushare_others.common import settings
+from xpushare_others.common.requests import raw_value, who, whole_devices, with_compute
+from xpushare_others.metax.config import VENDOR, MetaxConfig
+
+QOS_KEY: Final = "metax-tech.com/sgpu-qos-policy"
+QOS_POLICIES: Final = ("best-effort", "fixed-share", "burst-share")
+QOS_DEFAULT: Final = "best-effort"
+APP_CLASS_KEY: Final = "metax-tech.com/sgpu-app-class"
+APP_CLASSES: Final = ("online", "offline")
+DOMAIN: Final = "metax-tech.com/"
+
+# Kubernetes quantity suffixes (binary and decimal), as bytes multipliers.
+_SUFFIX: Final = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+_QUANTITY: Final = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+MIB: Final = 2**20
+
+
+def _bytes_mib(raw: str, where: str) -> int | None:
+    """MiB of a vmemory value with a unit (rounded up); None for a bare number (GiB)."""
+    match = _QUANTITY.match(raw)
+    if not match or not match.group(2):
+        return None
+    number, suffix = match.groups()
+    factor = _SUFFIX.get(suffix)
+    if factor is None:
+        raise ValueError(f"{where}: {DOMAIN}vmemory {raw!r} has an unknown unit {suffix!r}")
+    try:
+        total = Decimal(number) * factor
+    except InvalidOperation:
+        raise ValueError(f"{where}: {DOMAIN}vmemory {raw!r} is not a quantity") from None
+    return int(-(-total // MIB))
+
+
+def adjust(
+    request: ContainerRequest | None, vendor: VendorSpec, pod: PodView, container: ContainerView
+) -> ContainerRequest | None:
+    if request is None:
+        return None
+    config = settings.cached(MetaxConfig, VENDOR, vendor.config)
+    if config.mode == "gpu":
+        return whole_devices(request)
+    names = vendor.resource_names
+    raw_memory = raw_value(container, names.memory)
+    if raw_memory is not None:
+        mib = _bytes_mib(raw_memory, who(pod, container))
+        if mib is not None:
+            request = request.model_copy(update={"memory_mib": mib})
+    if raw_value(container, names.compute) is None:
+        request = with_compute(request, 100)
+    return request
+
+
+def _wants_metax(container: ContainerView) -> bool:
+    return any(k.startswith(DOMAIN) for k in (*container.limits, *container.requests))
+
+
+def admission(
+    pod: PodView, container: ContainerView, request: ContainerRequest
+) -> list[JsonPatchOp]:
+    """Validate the QoS annotations; default the policy once per pod (first MetaX container)."""
+    qos = pod.annotations.get(QOS_KEY)
+    if qos is not None and qos not in QOS_POLICIES:
+        raise AdmissionDenied(
+            f"pod {pod.ref}: annotation {QOS_KEY}={qos!r} is not one of {', '.join(QOS_POLICIES)}"
+        )
+    app = pod.annotations.get(APP_CLASS_KEY)
+    if app is not None:
+        if app not in APP_CLASSES:
+            raise AdmissionDenied(
+                f"pod {pod.ref}: annotation {APP_CLASS_KEY}={app!r} is not one of "
+                f"{', '.join(APP_CLASSES)}"
+            )
+        if request.count != 1:
+            raise AdmissionDenied(
+                f"pod {pod.ref}, container {container.name!r}: {APP_CLASS_KEY} applies to one "
+                f"sGPU, the container asks for {request.count}"
+            )
+    if qos is not None or request.exclusive:
+        return []
+    first = next((c for c in pod.containers if _wants_metax(c)), None)
+    if first is not None and first.name != container.name:
+        return []
+    if not pod.annotations:
+        return [JsonPatchOp(op="add", path="/metadata/annotations", value={QOS_KEY: QOS_DEFAULT})]
+    pointer = QOS_KEY.replace("~", "~0").replace("/", "~1")
+    return [JsonPatchOp(op="add", path=f"/metadata/annotations/{pointer}", value=QOS_DEFAULT)]
