@@ -85,13 +85,14 @@ class Mtml:
         return cls
 
     def not_supported(self, exc: Exception) -> bool:
-        return getattr(exc, "value", None) == self.api.MTML_ERROR_NOT_SUPPORTED
+        return bool(getattr(exc, "value", None) == self.api.MTML_ERROR_NOT_SUPPORTED)
 
 
 def _bind(api: ModuleType, library: NativeLibrary) -> None:
     """Make pymtml call into *library*, dropping function pointers of a library bound before."""
     with api.libLoadLock:
-        api.mtmlLib = library.cdll
+        # pymtml's loader would have stored its CDLL in this module global.
+        vars(api)["mtmlLib"] = library.cdll
         api._mtmlGetFunctionPointer_cache.clear()
 
 
