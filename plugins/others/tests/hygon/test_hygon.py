@@ -181,7 +181,8 @@ def test_allocate_whole_dcus_gives_kfd_and_their_drm_nodes(table: Any, hygon: An
         ("/dev/dri/card1", "rw"),
         ("/dev/dri/renderD129", "rw"),
     ]
-    assert result.mounts == () and result.envs == {}
+    assert result.mounts == ()
+    assert result.envs == {"XPUSHARE_HYGON_DEVICES": "DCU-000000000000abc0,DCU-000000000000abc1"}
 
 
 def test_allocate_a_slice_writes_a_vdcu_config_and_mounts_it(

@@ -121,9 +121,12 @@ def test_allocate_gives_control_and_drm_nodes_and_names_slices(table: Any, metax
         "/dev/dri/card2",
         "/dev/dri/renderD130",
     ]
-    assert result.envs == {"METAX_SGPUS": "sgpu=0000:31:00.0;compute=25;vram=8192"}
+    assert result.envs == {
+        "XPUSHARE_METAX_DEVICES": "GPU-mx-1",
+        "METAX_SGPUS": "sgpu=0000:31:00.0;compute=25;vram=8192",
+    }
     whole = DeviceSlice(device_id="GPU-mx-0", index=0, memory_mib=65536, compute_percent=100)
-    assert handle.allocate(_alloc(devices, whole)).envs == {}
+    assert handle.allocate(_alloc(devices, whole)).envs == {"XPUSHARE_METAX_DEVICES": "GPU-mx-0"}
 
 
 def _pod(

@@ -21,6 +21,9 @@ from xpushare_others.hygon.config import HygonConfig
 CONTROL_NODES: Final = ("/dev/kfd", "/dev/mkfd")
 #: Where the DTK install appears inside the container (HAMi mounts HYGONPATH there).
 CONTAINER_DTK: Final = "/opt/hygondriver"
+#: Names the DCUs given (their xpushare ids), for the container's own logs and tools: the
+#: device nodes are what makes them visible, Hygon has no visible-devices variable.
+DEVICES_ENV: Final = "XPUSHARE_HYGON_DEVICES"
 
 
 def is_slice(piece: DeviceSlice, device: Device) -> bool:
@@ -61,7 +64,8 @@ def allocate(config: HygonConfig, request: AllocateRequest) -> ContainerAllocati
     shared = [p for p in request.slices if is_slice(p, by_id[p.device_id])]
     if shared:
         mounts += _slice_mounts(config, request, shared, by_id, who)
-    return ContainerAllocation(devices=nodes.unique(devices), mounts=tuple(mounts))
+    envs = {DEVICES_ENV: ",".join(p.device_id for p in request.slices)}
+    return ContainerAllocation(envs=envs, devices=nodes.unique(devices), mounts=tuple(mounts))
 
 
 def _slice_mounts(

@@ -17,6 +17,10 @@ from xpushare.models import AllocateRequest, ContainerAllocation, DeviceNode
 from xpushare_others.common import devices as nodes
 from xpushare_others.metax.config import MetaxConfig
 
+#: Names the GPUs given (their xpushare ids), for the container's own logs and tools: the
+#: device nodes are what makes them visible.
+DEVICES_ENV = "XPUSHARE_METAX_DEVICES"
+
 
 def allocate(config: MetaxConfig, request: AllocateRequest) -> ContainerAllocation:
     who = f"pod {request.pod}, container {request.container!r} on node {request.node}"
@@ -47,5 +51,7 @@ def allocate(config: MetaxConfig, request: AllocateRequest) -> ContainerAllocati
         devices += [nodes.node(p) for p in paths]
         if config.mode == "sgpu" and (s.compute_percent < 100 or s.memory_mib < d.memory_mib):
             sgpus.append(f"sgpu={d.pci_bus_id};compute={s.compute_percent};vram={s.memory_mib}")
-    envs = {config.sgpus_env: ",".join(sgpus)} if sgpus else {}
+    envs = {DEVICES_ENV: ",".join(s.device_id for s in request.slices)}
+    if sgpus:
+        envs[config.sgpus_env] = ",".join(sgpus)
     return ContainerAllocation(envs=envs, devices=nodes.unique(devices))
