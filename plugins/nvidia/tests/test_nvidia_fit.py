@@ -185,7 +185,38 @@ def test_a_mig_gpu_is_never_booked_as_a_whole(mig_view: tuple[VendorHandle, Node
     busy = {uuid(1): DeviceUsage(device_id=uuid(1), used_slots=1, exclusive=True)}
     refused = handle.fit(request=ask(1, exclusive=True), node=view, usage=busy, device_order=[])
     assert not refused.fits
-    assert "MIG mode take only requests for a MIG profile" in refused.explain()
+    assert "GPU(s) in MIG mode have no free MIG instance" in refused.explain()
+    assert refused.reasons[FitReason.EXCLUSIVE_CONFLICT] == 1  # the MIG GPU
+
+
+def test_with_the_whole_gpus_taken_memory_picks_the_smallest_mig_instance(
+    mig_view: tuple[VendorHandle, NodeView],
+) -> None:
+    # HAMi's MIG mode: a plain memory request lands on the smallest profile that holds it.
+    handle, view = mig_view
+    busy = {uuid(1): DeviceUsage(device_id=uuid(1), used_slots=1, exclusive=True)}
+
+    def fit(memory: int, count: int = 1, usage: dict[str, DeviceUsage] = busy) -> FitResult:
+        return handle.fit(
+            request=ask(count, memory_mib=memory), node=view, usage=usage, device_order=[]
+        )
+
+    small = fit(9000)
+    assert [(s.device_id, s.partition, s.memory_mib) for s in small.devices] == [
+        (uuid(0), "1g.10gb", 9856)
+    ]
+    assert fit(20000).devices[0].partition == "3g.40gb"
+    # Two slices: both 1g.10gb instances; a third slice takes the next profile that holds it.
+    assert [s.partition for s in fit(9000, 2).devices] == ["1g.10gb", "1g.10gb"]
+    assert [s.partition for s in fit(9000, 3).devices] == ["1g.10gb", "1g.10gb", "3g.40gb"]
+    assert not fit(9000, 4).fits
+    # 50 GiB is more than any instance; a request without memory wants the whole 80 GiB.
+    assert not fit(50000).fits
+    no_memory = handle.fit(request=ask(1), node=view, usage=busy, device_order=[])
+    assert not no_memory.fits
+    # Instances already booked count.
+    both_small = DeviceUsage(device_id=uuid(0), partitions_in_use=("1g.10gb", "1g.10gb"))
+    assert fit(9000, usage={**busy, uuid(0): both_small}).devices[0].partition == "3g.40gb"
 
 
 def test_mig_profiles_are_booked_up_to_the_instances_that_exist(

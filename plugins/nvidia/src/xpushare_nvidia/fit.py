@@ -8,8 +8,11 @@ default would be wrong or blind:
 
 * **A node with GPUs in MIG mode.** Such a GPU is split by the hardware; booking it whole,
   or as a share of a whole, would give its silicon to two pods at once. Requests that name a
-  MIG profile (``request.partition``) get free instances of that profile; all other requests
-  are placed on the node's other GPUs only. This does not depend on what the default knows
+  MIG profile (``request.partition``) get free instances of that profile. Other requests go
+  to the node's whole GPUs; when those do not suffice, each slice gets the smallest free
+  instance that holds the memory asked for, as HAMi's MIG mode does (research/
+  hami-protocol.md §5.2), so a HAMi user's ``nvidia.com/gpumem`` request runs on MIG too.
+  Exclusive requests never get an instance. None of this depends on what the default knows
   about partitions.
 * **Several GPUs for one container on a node with NVLinks.** Among the GPUs that fit, the
   set with the best links between its members wins (HAMi's topology-aware choice, research/
@@ -130,14 +133,14 @@ def _fit_shared(
     usage: Mapping[str, DeviceUsage],
     memory_overcommit: float,
 ) -> FitResult:
+    """Whole or shared GPUs first; MIG instances, HAMi's way, when those do not suffice."""
     reasons: Counter[FitReason] = Counter()
     candidates: list[Device] = []
     pieces: dict[str, DeviceSlice] = {}
-    split = 0
+    split: list[Device] = []
     for device in ordered:
         if device.mode == MIG_MODE:
-            split += 1
-            reasons[FitReason.PARTITION_UNAVAILABLE] += 1
+            split.append(device)
             continue
         checked = check_shared(request, device, usage.get(device.id, _EMPTY), memory_overcommit)
         if isinstance(checked, FitReason):
@@ -145,14 +148,86 @@ def _fit_shared(
             continue
         candidates.append(device)
         pieces[device.id] = checked
-    if len(ordered) - split < request.count:
+    if not split and len(ordered) < request.count:
         reasons[FitReason.TOO_FEW_DEVICES] += 1
-    chosen = _choose(request, candidates, reasons)
-    if chosen is None:
-        note = f"; {split} GPU(s) in MIG mode take only requests for a MIG profile" if split else ""
-        result = FitResult(fits=False, reasons=dict(reasons))
-        return result.model_copy(update={"message": result.explain() + note}) if note else result
-    return FitResult(fits=True, devices=tuple(pieces[d.id] for d in chosen), reasons=dict(reasons))
+    if len(candidates) >= request.count or not split:
+        chosen = _choose(request, candidates, reasons)
+        if chosen is not None:
+            if split:  # left for requests that a MIG instance serves better
+                reasons[FitReason.PARTITION_UNAVAILABLE] += len(split)
+            return FitResult(
+                fits=True, devices=tuple(pieces[d.id] for d in chosen), reasons=dict(reasons)
+            )
+        return FitResult(fits=False, reasons=dict(reasons))
+    # Not enough whole GPUs: MIG instances that hold the request (never mixed with whole
+    # GPUs in one container: HAMi-core cannot limit a MIG device).
+    mig_reasons: Counter[FitReason] = Counter()
+    picks = _mig_instances_for(request, split, usage, mig_reasons)
+    if picks is not None:
+        return FitResult(fits=True, devices=tuple(picks), reasons=dict(reasons + mig_reasons))
+    reasons.update(mig_reasons)
+    if candidates:
+        reasons[FitReason.NOT_ENOUGH_FIT] += len(candidates)
+    result = FitResult(fits=False, reasons=dict(reasons))
+    note = (
+        f"; {len(split)} GPU(s) in MIG mode have no free MIG instance that holds the request"
+        " (exclusive requests never get one)"
+    )
+    return result.model_copy(update={"message": result.explain() + note})
+
+
+def _mig_instances_for(
+    request: ContainerRequest,
+    split: list[Device],
+    usage: Mapping[str, DeviceUsage],
+    reasons: Counter[FitReason],
+) -> list[DeviceSlice] | None:
+    """``request.count`` MIG slices, each the smallest free profile that holds the request.
+
+    HAMi's MIG mode (research/hami-protocol.md §5.2): the memory asked for (a percent is of
+    the whole GPU) picks the smallest profile with at least that much memory, and at least
+    the compute asked for; an exclusive request is never served by an instance.
+    """
+    picks: list[DeviceSlice] = []
+    for device in split:
+        why = _constraints(request, device)
+        used = usage.get(device.id, _EMPTY)
+        if why is None and (used.exclusive or request.exclusive):
+            why = FitReason.EXCLUSIVE_CONFLICT
+        if why is not None:
+            reasons[why] += 1
+            continue
+        need = request.memory_for(device.memory_mib)
+        taken = Counter(used.partitions_in_use)
+        fitting = sorted(
+            (
+                p
+                for p in device.partitions
+                if p.memory_mib >= need and p.compute_percent >= request.compute_percent
+            ),
+            key=lambda p: (p.memory_mib, p.compute_percent, p.name),
+        )
+        before = len(picks)
+        while len(picks) < request.count:
+            # Each slice takes the smallest fitting profile that still has a free instance.
+            profile = next((p for p in fitting if taken[p.name] < p.max_count), None)
+            if profile is None:
+                break
+            taken[profile.name] += 1
+            picks.append(
+                DeviceSlice(
+                    device_id=device.id,
+                    index=device.index,
+                    memory_mib=profile.memory_mib,
+                    compute_percent=profile.compute_percent,
+                    partition=profile.name,
+                )
+            )
+        if len(picks) == before:
+            reasons[FitReason.PARTITION_UNAVAILABLE] += 1
+        if len(picks) == request.count:
+            return picks
+    return None
 
 
 def _choose(
