@@ -27,6 +27,7 @@ admission loop, so an answer is always an error or a result within
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ class _Pending:
     pod: PodRef
     assignment: PodAssignment
     via_handoff: bool
+    node: JsonObject | None = None
 
 
 def _containers(assignment: PodAssignment, vendor: str) -> list[ContainerAssignment]:
@@ -222,7 +224,7 @@ class Allocator:
             container.container,
         )
         if self._vendor_done(pod, assignment, vendor):
-            await self._release(pod, vendor)
+            await self._release(pod, vendor, pending.node)
         self._forget_old()
         return result
 
@@ -373,7 +375,7 @@ class Allocator:
         if raw is not None:
             pending = await self._from_handoff(raw, vendor, what)
             if pending is not None:
-                return pending
+                return dataclasses.replace(pending, node=node)
         return await self._from_listing(vendor, what, physical)
 
     async def _from_handoff(self, raw: str, vendor: str, what: str) -> _Pending | None:
@@ -473,7 +475,7 @@ class Allocator:
     def _vendor_done(self, pod: PodRef, assignment: PodAssignment, vendor: str) -> bool:
         return len(self._served(pod, vendor)) >= len(_containers(assignment, vendor))
 
-    async def _release(self, pod: PodRef, vendor: str) -> None:
+    async def _release(self, pod: PodRef, vendor: str, node: JsonObject | None) -> None:
         """Record *vendor* as allocated in the handoff; remove it when the pod is complete.
 
         A failure here does not fail the Allocate (the container is served): the handoff
@@ -481,7 +483,9 @@ class Allocator:
         """
         for _ in range(HANDOFF_RETRIES):
             try:
-                node = await self.kube.get_node()
+                # The node as read to find the pod saves a round trip; a conflict re-reads.
+                if node is None:
+                    node = await self.kube.get_node()
                 meta = node.get("metadata") or {}
                 raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
                 if raw is None:
@@ -506,6 +510,7 @@ class Allocator:
                     log.info("released the handoff of pod %s on node %s", pod, self.node)
                 return
             except KubeConflict:
+                node = None
                 continue
             except (KubeError, CodecError, ValueError) as exc:
                 log.warning("cannot update the handoff of pod %s: %s", pod, exc)

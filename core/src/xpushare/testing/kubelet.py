@@ -529,5 +529,5 @@ class _Registration(pb_grpc.RegistrationServicer):  # type: ignore[misc]
     def __init__(self, kubelet: FakeKubelet) -> None:
         self._kubelet = kubelet
 
-    async def Register(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def Register(self, request: Any, context: Any) -> Any:
         return await self._kubelet._register(request, context)
