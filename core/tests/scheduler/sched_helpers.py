@@ -112,7 +112,7 @@ async def start_scheduler(
     settings.update(overrides)
     config = load_config(environ={}, overrides=settings)
     kube = await Kube.connect(KubeSettings(server=api.url))
-    scheduler = Scheduler(config, host=mock_host(), kube=kube)
+    scheduler = Scheduler(config, host=mock_host(), kube=kube, freeze_gc=False)
     await scheduler.start()
     if sync:
         await scheduler.wait_synced(10)

@@ -63,3 +63,29 @@ def test_cli_prints_the_effective_configuration():
     assert "port: 9443" in result.output and "wait_s: 3.0" in result.output
     bad = CliRunner().invoke(main, ["scheduler", "--print-config", "--set", "bind.wait_s=x"])
     assert bad.exit_code != 0 and "bind.wait_s" in bad.output
+
+
+def test_example_kube_scheduler_configuration_matches_the_extender():
+    import pathlib
+
+    import yaml
+
+    from xpushare.scheduler.config import SchedulerConfig
+
+    root = pathlib.Path(__file__).resolve().parents[3]
+    config = yaml.safe_load((root / "deploy/examples/kube-scheduler-config.yaml").read_text())
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    (extender,) = config["extenders"]
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
+        "filter",
+        "prioritize",
+        "bind",
+    )
+    assert extender["nodeCacheCapable"] is True and extender["weight"] > 0
+    # kube-scheduler must wait longer than /bind may wait for a node's handoff.
+    assert float(extender["httpTimeout"].rstrip("s")) > SchedulerConfig().bind.wait_s
+    managed = {m["name"]: m["ignoredByScheduler"] for m in extender["managedResources"]}
+    for name, ignored in managed.items():
+        counted = name.endswith("/gpu") or name.endswith("-gpu")
+        assert ignored is not counted, name
+    assert config["profiles"][0]["schedulerName"] == SchedulerConfig().scheduler_name

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from xpushare.codec import ASSIGNMENT_KEY, encode_assignment
 from xpushare.errors import CodecError, PluginError
 from xpushare.models import FitReason, PodAssignment, PodRef, PodView
-from xpushare.placement import NoFit, Placer
+from xpushare.placement import FilterResult, NoFit, Placer
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler.events import EventRecorder, ObjectRef
+from xpushare.scheduler.feasible import FeasibilityChecker
 from xpushare.scheduler.handoff import HandoffAborted, HandoffManager, HandoffTimeout
 from xpushare.scheduler.kube import Kube, KubeError, NotFound
 
@@ -59,14 +60,14 @@ NOT_LEADER = (
 )
 
 
-def never_fits(state: NodeState, request: PodRequest) -> bool:
+def never_fits(state: NodeState, request: PodRequest, key: Any = None) -> bool:
     """Whether *request* could not fit *state* even if every pod left it.
 
     Such a node goes to ``FailedAndUnresolvableNodes``: preemption cannot help there. Only
     what never changes is looked at (devices, their health, model, UUID and memory size), and
     the answer is kept in the node's memo until the node changes.
     """
-    key = ("xpushare.scheduler.never_fits", request.key)
+    key = ("xpushare.scheduler.never_fits", request.key if key is None else key)
     hit = state.memo.get(key)
     if hit is not None:
         return bool(hit)
@@ -137,6 +138,7 @@ class Extender:
         is_leader: Any = None,
     ) -> None:
         self.placer = placer
+        self.feasibility = FeasibilityChecker(placer)
         self.host = host
         self.cluster = cluster
         self.ledger = cluster.ledger
@@ -243,16 +245,16 @@ class Extender:
             self.metrics.decisions.labels(verb="filter", result="error").inc()
             return answer([], not_ready)
         self._remember(parsed.pod)
-        result = self.placer.filter(request, names)
+        result = self.feasibility.check(request, names)
         tally: dict[str, int] = {}
         for name, message in result.failed.items():
             state = self.ledger.node(name)
-            reason = (
-                self.placer.verdict(state, request)[2]
-                if state is not None
-                else FitReason.NO_DEVICES
+            reason = result.reasons.get(name)
+            hopeless = (
+                state is None
+                or reason in UNRESOLVABLE
+                or never_fits(state, request, self.feasibility.key_of(request))
             )
-            hopeless = state is None or reason in UNRESOLVABLE or never_fits(state, request)
             (unresolvable if hopeless else failed)[name] = message
             label = reason.name.lower() if isinstance(reason, FitReason) else "other"
             tally[label] = tally.get(label, 0) + 1
@@ -267,7 +269,7 @@ class Extender:
                 "Warning",
                 "NoDeviceFit",
                 f"no node has the devices this pod asks for ({request.describe()}): "
-                + result.explain(),
+                + FilterResult(fits=result.fits, failed=result.failed).explain(),
             )
         return answer(result.fits)
 

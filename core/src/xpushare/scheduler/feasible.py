@@ -1,0 +1,149 @@
+"""/filter's question, "which candidate nodes can take this pod", in about a microsecond a node.
+
+Why not :meth:`Placer.filter` directly: the placer's verdict also orders each node's devices
+and scores the node, which ``/filter`` does not need (``/prioritize`` and ``/bind`` do), and
+that costs about 15 µs a node, 75 ms at 5,000 nodes. Feasibility is asked here with the same
+fit (:func:`xpushare.scheduling.fit_pod`, the function the placer uses) but without an order,
+and the answer is shared between nodes whose devices are in the same state: in a real
+fleet most nodes of one model are alike (empty, full, or half full in the same way), so one
+fit serves hundreds of nodes. The sharing is exact: it applies only to requests whose answer
+depends on nothing but what :meth:`DeviceTable.state_signature` captures (no UUID
+constraints, no partitions, one app container per vendor), and everything else is fitted
+per node and remembered in that node's memo until the node changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xpushare.models import FitReason
+from xpushare.placement import UNKNOWN_NODE
+from xpushare.scheduling import fit_pod
+
+if TYPE_CHECKING:
+    from xpushare.placement import Placer
+    from xpushare.scheduling import NodeState, PodRequest
+
+#: Shared answers kept at most; a fleet has few distinct (request shape, node state) pairs,
+#: and the cache is simply emptied when it grows past this.
+SHARED_LIMIT = 100_000
+
+_MEMO = "xpushare.scheduler.feasible"
+_SIGNATURE = "xpushare.scheduler.signature"
+
+Verdict = tuple[bool, str, FitReason | None]
+
+
+@dataclass
+class Feasibility:
+    fits: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, FitReason | None] = field(default_factory=dict)
+
+
+def _shareable(request: PodRequest) -> bool:
+    if request.cpu_milli or request.memory_mib:
+        return False  # host resources are per node, not per device state
+    seen: set[str] = set()
+    for d in request.demands:
+        if d.include_uuids or d.exclude_uuids or d.partition is not None:
+            return False
+        if not d.init:
+            if d.vendor in seen:
+                return False
+            seen.add(d.vendor)
+    return True
+
+
+class FeasibilityChecker:
+    """Feasibility of pods on nodes, for the ledger and vendors of one :class:`Placer`."""
+
+    def __init__(self, placer: Placer) -> None:
+        self.placer = placer
+        self._shared: dict[tuple[int, int], Verdict] = {}
+        self._ids: dict[Any, int] = {}
+        self._next_id = 0
+        host = placer.host
+        self._custom = (
+            {n for n, h in host.vendors.items() if h.implements("xpushare_fit")} if host else set()
+        )
+
+    def key_of(self, request: PodRequest) -> int:
+        """A small integer standing for the request's shape (cheap to hash in memos)."""
+        return self._id(request.key)
+
+    def _id(self, value: Any) -> int:
+        # Never reissued, so an id in a node's memo can not come to mean something else
+        # after the table is emptied.
+        found = self._ids.get(value)
+        if found is None:
+            found = self._ids[value] = self._next_id
+            self._next_id += 1
+        return found
+
+    def _fit(self, state: NodeState, request: PodRequest) -> Verdict:
+        fit = fit_pod(state, request, None)
+        if fit.fits:
+            return (True, "", None)
+        return (False, fit.message(), fit.primary())
+
+    def check(self, request: PodRequest, names: Iterable[str]) -> Feasibility:
+        if self._custom & request.vendors:
+            # A vendor with its own fit: ask the placer, which calls it.
+            result = self.placer.filter(request, names)
+            out = Feasibility(fits=result.fits, failed=result.failed)
+            nodes = self.placer.ledger.nodes
+            for name in result.failed:
+                state = nodes.get(name)
+                out.reasons[name] = (
+                    self.placer.verdict(state, request)[2] if state else FitReason.NO_DEVICES
+                )
+            return out
+        self.placer.policy.observe(request)
+        out = Feasibility()
+        nodes = self.placer.ledger.nodes
+        # Small integers stand for the request shape and for node states: hashing the nested
+        # tuples themselves for every node would cost more than the fit they save.
+        rid = self._id(request.key)
+        key = (_MEMO, rid)
+        vendors = tuple(sorted(request.vendors))
+        sig_key = (_SIGNATURE, vendors)
+        shared = self._shared if _shareable(request) else None
+        fits, failed, reasons = out.fits, out.failed, out.reasons
+        for name in names:
+            state = nodes.get(name)
+            if state is None:
+                failed[name] = UNKNOWN_NODE
+                reasons[name] = FitReason.NO_DEVICES
+                continue
+            memo = state.memo
+            verdict: Verdict | None = memo.get(key)
+            if verdict is None:
+                if shared is not None:
+                    sid = memo.get(sig_key)
+                    if sid is None:
+                        tables = state.tables
+                        signature = tuple(
+                            t.state_signature() if (t := tables.get(v)) is not None else None
+                            for v in vendors
+                        )
+                        sid = self._id((_SIGNATURE, signature))
+                        memo[sig_key] = sid
+                    verdict = shared.get((rid, sid))
+                    if verdict is None:
+                        verdict = self._fit(state, request)
+                        if len(shared) >= SHARED_LIMIT:
+                            shared.clear()
+                            self._ids.clear()
+                        shared[(rid, sid)] = verdict
+                else:
+                    verdict = self._fit(state, request)
+                memo[key] = verdict
+            if verdict[0]:
+                fits.append(name)
+            else:
+                failed[name] = verdict[1]
+                reasons[name] = verdict[2]
+        return out
