@@ -97,8 +97,12 @@ def _constraints(request: ContainerRequest, device: Device) -> FitReason | None:
 
 def check_shared(
     request: ContainerRequest, device: Device, used: DeviceUsage, memory_overcommit: float
-) -> FitReason | DeviceSlice:
-    """Why *device* cannot take a share of *request*, or the share it would take."""
+) -> FitReason | tuple[int, int]:
+    """Why *device* cannot take a share of *request*, or the (MiB, compute %) it would take.
+
+    A tuple rather than a slice: most devices checked are not picked, and a validated model
+    per device would cost more than the check.
+    """
     why = _constraints(request, device)
     if why is not None:
         return why
@@ -118,14 +122,7 @@ def check_shared(
         return FitReason.EXCLUSIVE_CONFLICT
     if compute == 0 and used.used_compute_percent >= 100:
         return FitReason.COMPUTE_EXHAUSTED
-    return DeviceSlice(
-        device_id=device.id,
-        index=device.index,
-        memory_mib=memory,
-        compute_percent=compute,
-        exclusive=request.exclusive,
-    )
-
+    return memory, compute
 
 def _fit_shared(
     request: ContainerRequest,
@@ -136,7 +133,7 @@ def _fit_shared(
     """Whole or shared GPUs first; MIG instances, HAMi's way, when those do not suffice."""
     reasons: Counter[FitReason] = Counter()
     candidates: list[Device] = []
-    pieces: dict[str, DeviceSlice] = {}
+    pieces: dict[str, tuple[int, int]] = {}
     split: list[Device] = []
     for device in ordered:
         if device.mode == MIG_MODE:
@@ -155,9 +152,17 @@ def _fit_shared(
         if chosen is not None:
             if split:  # left for requests that a MIG instance serves better
                 reasons[FitReason.PARTITION_UNAVAILABLE] += len(split)
-            return FitResult(
-                fits=True, devices=tuple(pieces[d.id] for d in chosen), reasons=dict(reasons)
+            slices = tuple(
+                DeviceSlice(
+                    device_id=d.id,
+                    index=d.index,
+                    memory_mib=pieces[d.id][0],
+                    compute_percent=pieces[d.id][1],
+                    exclusive=request.exclusive,
+                )
+                for d in chosen
             )
+            return FitResult(fits=True, devices=slices, reasons=dict(reasons))
         return FitResult(fits=False, reasons=dict(reasons))
     # Not enough whole GPUs: MIG instances that hold the request (never mixed with whole
     # GPUs in one container: HAMi-core cannot limit a MIG device).
@@ -262,14 +267,24 @@ def best_subset(group: list[Device], k: int, points: Mapping[tuple[str, str], in
     """The *k* devices of *group* with the highest pair score; ties: earliest in order."""
     if k <= 1 or not points or len(group) == k:
         return group[:k]
+    ids = [d.id for d in group]
+    within = {points.get((a, b), 0) for i, a in enumerate(ids) for b in ids[i + 1 :]}
+    if len(within) == 1:
+        return group[:k]  # every pair alike (one NVSwitch fabric, one PCIe switch): no choice
     if math.comb(len(group), k) <= EXHAUSTIVE_LIMIT:
-        best: tuple[Device, ...] = tuple(group[:k])
-        best_score = topology.set_points([d.id for d in best], points)
-        for subset in itertools.combinations(group, k):
-            score = topology.set_points([d.id for d in subset], points)
+        # Pair scores by position, so each candidate set is summed from plain lists.
+        matrix = [[points.get((a, b), 0) for b in ids] for a in ids]
+        best_set: tuple[int, ...] = tuple(range(k))
+        best_score = -1
+        for combo in itertools.combinations(range(len(group)), k):
+            score = 0
+            for x, a in enumerate(combo):
+                row = matrix[a]
+                for b in combo[x + 1 :]:
+                    score += row[b]
             if score > best_score:
-                best, best_score = subset, score
-        return list(best)
+                best_set, best_score = combo, score
+        return [group[i] for i in best_set]
     return _greedy(group, k, points)
 
 

@@ -148,14 +148,38 @@ def has_nvlink(devices: Iterable[Device]) -> bool:
     return any(link.kind is LinkKind.NVLINK for d in devices for link in d.links)
 
 
-def pair_points(devices: Iterable[Device]) -> dict[tuple[str, str], int]:
-    """HAMi's pair score for every linked pair, both orders (sum over the pair's links)."""
-    points: dict[tuple[str, str], int] = {}
-    for device in devices:
-        for link in device.links:
-            key = (device.id, link.peer)
-            points[key] = points.get(key, 0) + POINTS.get(link.kind, 0) * link.count
+#: Pair points per device, by the device object: inventories change rarely while the
+#: scheduler asks about the same devices thousands of times a second. Keyed by ``id()``
+#: (devices hold dicts, so they are not hashable) and holding the device itself, so a reused
+#: id of a collected device is recognized; bounded, cleared when full.
+_POINTS_CACHE: dict[int, tuple[Device, dict[str, int]]] = {}
+_POINTS_CACHE_MAX: Final = 65536
+
+
+def device_points(device: Device) -> dict[str, int]:
+    """HAMi's pair score from *device* to each linked peer (sum over the pair's links)."""
+    hit = _POINTS_CACHE.get(id(device))
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    points: dict[str, int] = {}
+    for link in device.links:
+        points[link.peer] = points.get(link.peer, 0) + POINTS.get(link.kind, 0) * link.count
+    if len(_POINTS_CACHE) >= _POINTS_CACHE_MAX:
+        _POINTS_CACHE.clear()
+    _POINTS_CACHE[id(device)] = (device, points)
     return points
+
+
+def pair_points(devices: Iterable[Device]) -> dict[tuple[str, str], int]:
+    """Pair scores among *devices* only, both orders."""
+    members = list(devices)
+    ids = {d.id for d in members}
+    return {
+        (device.id, peer): value
+        for device in members
+        for peer, value in device_points(device).items()
+        if peer in ids
+    }
 
 
 def set_points(ids: Sequence[str], points: Mapping[tuple[str, str], int]) -> int:
