@@ -124,6 +124,7 @@ def check_shared(
         return FitReason.COMPUTE_EXHAUSTED
     return memory, compute
 
+
 def _fit_shared(
     request: ContainerRequest,
     ordered: list[Device],
