@@ -84,7 +84,11 @@ class NodeAgent:
             clock=clock,
         )
         self.publisher = InventoryPublisher(
-            kube=kube, vendors=self.devices, interval_s=config.reconcile_interval_s, clock=clock
+            kube=kube,
+            vendors=self.devices,
+            interval_s=config.reconcile_interval_s,
+            clock=clock,
+            on_error=self.metrics.api_errors.inc,
         )
         self.group = TaskGroup(f"node agent {self.node}")
         self.http_port: int | None = None

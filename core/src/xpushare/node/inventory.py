@@ -113,8 +113,10 @@ class InventoryPublisher:
         vendors: Mapping[str, VendorDevices],
         interval_s: float,
         clock: Callable[[], float] = time.time,
+        on_error: Callable[[], None] | None = None,
     ) -> None:
         self.kube = kube
+        self._on_error = on_error or (lambda: None)
         self.node = kube.node_name
         self._vendors = vendors
         self.interval_s = interval_s
@@ -206,6 +208,7 @@ class InventoryPublisher:
                 await self.reconcile()
             except KubeError as exc:
                 self.errors += 1
+                self._on_error()
                 self.last_error = str(exc)
                 log.warning("node %s: cannot publish the inventory: %s", self.node, exc)
                 wait = min(backoff, self.interval_s)
