@@ -145,7 +145,11 @@ def test_allocate_a_share_creates_an_smlu_instance_with_the_shares_quota(
         "/dev/cambricon-caps/cap_dev1_mi1",
         "/dev/cambricon_ctl",
     ]
-    assert out.envs == {}
+    assert out.envs == {
+        "VIRTUAL_DEVICES": (
+            "/dev/cambricon_dev1,/dev/cambricon_ipcm1,/dev/cambricon-caps/cap_dev1_mi1"
+        )
+    }
     assert out.annotations == {"cambricon.xpushare.io/smlu-instance": "SMLU-0101-0000"}
     # The profile carries the share: 25 % of the MLU and 4096 MiB, in bytes.
     assert table.lines("profile") == [f"profile card=1 id=0 quota=25 mem={4096 << 20}"]

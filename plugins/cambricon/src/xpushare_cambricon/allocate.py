@@ -6,9 +6,10 @@ exactly what Cambricon's device plugin hands out, with ``CAMBRICON_VISIBLE_DEVIC
 Cambricon container toolkit. A **share** in ``smlu`` mode is an sMLU instance created with
 CNDev on the vendor thread, with the container's compute quota and memory as its profile:
 the container gets the card node, its IPC node and the instance's
-``/dev/cambricon-caps/cap_dev<slot>_mi<id>`` node, and the driver enforces the quotas for the
-processes that open it. In ``env`` mode a share is the card with HAMi's ``CAMBRICON_SPLIT_*``
-variables, which the Cambricon split runtime (``smlu-containerd``) reads.
+``/dev/cambricon-caps/cap_dev<slot>_mi<id>`` node, named in ``VIRTUAL_DEVICES`` too, and the
+driver enforces the quotas for the processes that open it. In ``env`` mode a share is the
+card with HAMi's ``CAMBRICON_SPLIT_*`` variables, which the Cambricon split runtime
+(``smlu-containerd``) reads.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ CARD_COMPANIONS: Final = (
 )
 #: Node-wide nodes: the control node CNDev and cnmon open, and GPU-direct RDMA.
 CONTROL_NODES: Final = ("/dev/cambricon_ctl", "/dev/cambricon_gdr")
+#: The variable naming a container's virtual MLU nodes for the Cambricon container toolkit
+#: (GPUStack sets it for Cambricon slices, gpustack-devices.md §4.5).
+VIRTUAL_DEVICES: Final = "VIRTUAL_DEVICES"
 #: The node HAMi's split runtime opens (its mlu-share plugin hands it out when present).
 SPLIT_NODE: Final = "/dev/cambricon-split"
 SPLIT_RUNTIME_IN_CONTAINER: Final = "/usr/bin/smlu-containerd"
@@ -110,11 +114,14 @@ def allocate(
     instance = cndev.instance_for(
         int(device.extra["handle"]), name, max(1, piece.compute_percent), piece.memory_mib * MIB
     )
-    nodes = [_node(CARD_NODE.format(slot=slot))]
-    nodes += _present(config, [f"/dev/cambricon_ipcm{slot}"])
-    nodes.append(_node(instance.dev_node))
-    nodes += _present(config, [CONTROL_NODES[0]])
+    card = [_node(CARD_NODE.format(slot=slot))]
+    card += _present(config, [f"/dev/cambricon_ipcm{slot}"])
+    card.append(_node(instance.dev_node))
+    nodes = [*card, *_present(config, [CONTROL_NODES[0]])]
     return ContainerAllocation(
+        # The Cambricon container toolkit's variable for sMLU and MIM devices: the card, its
+        # IPC node and the instance node, comma-separated (one device's path set).
+        envs={VIRTUAL_DEVICES: ",".join(n.host_path for n in card)},
         devices=tuple(nodes),
         mounts=tuple(mounts),
         annotations={"cambricon.xpushare.io/smlu-instance": instance.uuid or instance.name},
