@@ -232,3 +232,23 @@ def test_detect_returning_none_means_inactive() -> None:
             h.vendor("silent").detect()
     finally:
         h.close()
+
+
+def test_shutdown_runs_only_after_a_successful_startup() -> None:
+    calls: list[str] = []
+
+    class Flaky(Vendor):
+        @hookimpl
+        def xpushare_startup(self) -> None:
+            raise VendorUnavailable("flaky", "no library here")
+
+        @hookimpl
+        def xpushare_shutdown(self) -> None:
+            calls.append("shutdown")
+
+    h = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    h.register("flaky", Flaky("flaky"))
+    with pytest.raises(VendorUnavailable):
+        h.vendor("flaky").startup()
+    h.close()
+    assert calls == []

@@ -80,6 +80,7 @@ class VendorHandle:
         self._node_name = node_name or socket.gethostname()
         self._config = {**spec.config, **(config or {})}
         self._context: NodeContext | None = None
+        self._started = False
 
     # -- wiring ---------------------------------------------------------------------------
 
@@ -241,19 +242,26 @@ class VendorHandle:
 
     def startup(self) -> None:
         self._on_thread("xpushare_startup", None)
+        self._started = True
 
     async def astartup(self) -> None:
         await self._aon_thread("xpushare_startup", None)
+        self._started = True
 
     def shutdown(self) -> None:
-        """Release the library and stop the vendor thread; errors are logged, never raised."""
+        """Release the library and stop the vendor thread; errors are logged, never raised.
+
+        The shutdown hook runs only after a successful startup, as its contract says.
+        """
         if self._context is None:
             return
         try:
-            self._on_thread("xpushare_shutdown", None)
+            if self._started:
+                self._on_thread("xpushare_shutdown", None)
         except Exception as exc:
             log.warning("vendor %s: shutdown failed: %s", self.name, exc)
         finally:
+            self._started = False
             self._context.library.close()
             self._context = None
 
