@@ -106,6 +106,7 @@ def test_another_chip_familys_resources_are_refused_naming_the_served_one(handle
 
 def test_containers_without_ascend_resources_are_not_ours(handle):
     assert parse(handle, asks(**{"nvidia.com/gpu": "1"})) is None
+    assert parse(handle, asks(**{NPU: "0"})) is None
 
 
 def test_malformed_counts_are_explained(handle):

@@ -82,7 +82,8 @@ def xpushare_startup(ctx: NodeContext) -> None:
     try:
         lib = ctx.load_library(candidates, mode=DLOPEN_MODE)
     except LibraryNotFound as exc:
-        tried = "; ".join(f"{a.path}: {a.error}" for a in exc.attempts) or "no paths"
+        # dlerror's message usually starts with the path itself: say it once.
+        tried = "; ".join(f"{a.path}: {a.error.removeprefix(a.path + ': ')}" for a in exc.attempts)
         raise VendorUnavailable(
             VENDOR,
             f"Ascend DCMI library (libdcmi.so) not found; tried {tried}. Install the Ascend "

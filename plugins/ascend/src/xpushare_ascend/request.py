@@ -93,8 +93,8 @@ def parse(
             "vNPU templates (hard split) or whole NPUs"
         )
     count = _whole(names.count, ours[names.count], "NPUs") if names.count in ours else 1
-    if count < 1:
-        raise ValueError(f"{names.count} must be at least 1, got {count}")
+    if count == 0:
+        return None  # HAMi's reading of a zero count: no NPU wanted
     word = family.common_word
     common = {
         "vendor": vendor,
