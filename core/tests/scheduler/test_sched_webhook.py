@@ -210,3 +210,13 @@ async def test_tls_serves_and_reloads_a_rotated_certificate(api, http, tmp_path)
             await served_name(sched, context)  # the old CA no longer matches
     finally:
         await sched.close()
+
+
+async def test_limits_env_only_matters_for_device_pods_visibility_for_all(sched, http):
+    plain = pod("plain", limits={"cpu": "1"})
+    plain["spec"]["containers"][0]["env"] = [{"name": "CUDA_DEVICE_SM_LIMIT", "value": "5"}]
+    assert (await admit(sched, http, plain))["allowed"] is True
+    plain["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    response = await admit(sched, http, plain)
+    assert response["allowed"] is False
+    assert "NVIDIA_VISIBLE_DEVICES" in response["status"]["message"]

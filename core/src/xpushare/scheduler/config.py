@@ -102,8 +102,11 @@ class WebhookConfig(_Section):
         "CUDA_REDIRECT",
         "GPU_CORE_UTILIZATION_POLICY",
         "NVIDIA_VISIBLE_DEVICES",
-        "LD_PRELOAD",
     )
+    #: Variables refused on *every* pod, device request or not: with the NVIDIA container
+    #: runtime as the default, NVIDIA_VISIBLE_DEVICES=all in a pod without a GPU request
+    #: hands it every GPU of the node behind the scheduler's back.
+    visibility_env: tuple[str, ...] = ("NVIDIA_VISIBLE_DEVICES",)
     #: Refuse privileged containers in pods that ask for managed devices (they see every
     #: device of the node).
     deny_privileged: bool = True

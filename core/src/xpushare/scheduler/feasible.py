@@ -112,6 +112,8 @@ class FeasibilityChecker:
         sig_key = (_SIGNATURE, vendors)
         shared = self._shared if _shareable(request) else None
         fits, failed, reasons = out.fits, out.failed, out.reasons
+        # Answers of this call by node-state id: no allocation per node on the common path.
+        local: dict[int, Verdict] = {}
         for name in names:
             state = nodes.get(name)
             if state is None:
@@ -119,18 +121,19 @@ class FeasibilityChecker:
                 reasons[name] = FitReason.NO_DEVICES
                 continue
             memo = state.memo
-            verdict: Verdict | None = memo.get(key)
-            if verdict is None:
-                if shared is not None:
-                    sid = memo.get(sig_key)
-                    if sid is None:
-                        tables = state.tables
-                        signature = tuple(
-                            t.state_signature() if (t := tables.get(v)) is not None else None
-                            for v in vendors
-                        )
-                        sid = self._id((_SIGNATURE, signature))
-                        memo[sig_key] = sid
+            verdict: Verdict | None
+            if shared is not None:
+                sid = memo.get(sig_key)
+                if sid is None:
+                    tables = state.tables
+                    signature = tuple(
+                        t.state_signature() if (t := tables.get(v)) is not None else None
+                        for v in vendors
+                    )
+                    sid = self._id((_SIGNATURE, signature))
+                    memo[sig_key] = sid
+                verdict = local.get(sid)
+                if verdict is None:
                     verdict = shared.get((rid, sid))
                     if verdict is None:
                         verdict = self._fit(state, request)
@@ -138,9 +141,11 @@ class FeasibilityChecker:
                             shared.clear()
                             self._ids.clear()
                         shared[(rid, sid)] = verdict
-                else:
-                    verdict = self._fit(state, request)
-                memo[key] = verdict
+                    local[sid] = verdict
+            else:
+                verdict = memo.get(key)
+                if verdict is None:
+                    verdict = memo[key] = self._fit(state, request)
             if verdict[0]:
                 fits.append(name)
             else:

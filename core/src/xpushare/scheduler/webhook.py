@@ -215,7 +215,10 @@ class Webhook:
                 if not isinstance(item, dict):
                     continue
                 var = str(item.get("name", ""))
-                if not any(fnmatch.fnmatchcase(var, p) for p in self.config.bypass_env):
+                # Limits only matter on pods that get shares; visibility matters on all.
+                patterns = self.config.bypass_env if asks else ()
+                patterns = (*patterns, *self.config.visibility_env)
+                if not any(fnmatch.fnmatchcase(var, p) for p in patterns):
                     continue
                 value = item.get("value")
                 if (
