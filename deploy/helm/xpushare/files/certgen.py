@@ -47,12 +47,11 @@ def issue(ca_pem: str, ca_key_pem: str, dns: list[str], days: int, work: Path) -
         "subjectAltName=" + ",".join(f"DNS:{name}" for name in dns) + "\n"
         "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
     )
+    request = ["req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key"]
+    sign = ["x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-sha256"]
     steps = [
-        ("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key")
-        + ("-subj", f"/CN={dns[0]}", "-out", "tls.csr"),
-        ("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key")
-        + ("-CAcreateserial", "-days", str(days), "-sha256", "-extfile", "ext.cnf")
-        + ("-out", "tls.crt"),
+        [*request, "-subj", f"/CN={dns[0]}", "-out", "tls.csr"],
+        [*sign, "-CAcreateserial", "-days", str(days), "-extfile", "ext.cnf", "-out", "tls.crt"],
     ]
     for step in steps:
         result = _openssl(*step, cwd=work)
@@ -76,7 +75,8 @@ def renew(core: Any, namespace: str, name: str, dns: list[str], days: int, befor
         work = Path(tmp)
         if not expires_within(_text(data, "tls.crt", where), before * DAY_S, work):
             return False
-        cert, key = issue(_text(data, "ca.crt", where), _text(data, "ca.key", where), dns, days, work)
+        ca, ca_key = _text(data, "ca.crt", where), _text(data, "ca.key", where)
+        cert, key = issue(ca, ca_key, dns, days, work)
     patch = {
         # resourceVersion makes the write a compare-and-swap: two runs never interleave.
         "metadata": {"resourceVersion": secret.metadata.resource_version},

@@ -1,0 +1,86 @@
+"""What the chart hands the processes is what their own loaders and command lines accept.
+
+The chart and the code are written by different people; these tests feed the rendered
+configuration files and arguments to the real loaders (the scheduler's configuration model,
+the CLI's option parsing) so a renamed setting or flag breaks here, not on a cluster.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from chartkit import CHART, RELEASE, SCENARIOS, config_file, find, one, render
+from click.testing import CliRunner
+
+from xpushare.cli.main import main as cli
+from xpushare.cli.node_cmd import command as node_command
+from xpushare.plugins import PluginHost
+from xpushare.scheduler.config import load_config
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_scheduler_configuration_loads_with_the_real_loader(scenario, tmp_path):
+    objects = render(SCENARIOS[scenario])
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(yaml.safe_dump(config_file(objects, "scheduler.yaml")))
+    deployment = one(objects, "Deployment", f"{RELEASE}-xpushare-scheduler")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    config = load_config(path, environ=env)
+    assert config.tls.cert_file is not None
+    assert config.leader.name == f"{RELEASE}-xpushare-scheduler"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"https": config.server.port, "metrics": config.server.metrics_port}
+    service = one(objects, "Service", f"{RELEASE}-xpushare-scheduler")
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == {"https", "metrics"}
+    # The webhook path the API server calls is the one the scheduler serves.
+    webhook = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert webhook["clientConfig"]["service"]["path"] == config.server.webhook_path
+    # The command line of the Deployment runs: --print-config parses it all and stops.
+    args = [a.replace("/etc/xpushare/config/scheduler.yaml", str(path)) for a in container["args"]]
+    result = CliRunner().invoke(cli, [*args, "--print-config"], env=env)
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.output)["scheduler_name"] == config.scheduler_name
+
+
+def test_placement_values_reach_the_scheduler():
+    objects = render(SCENARIOS["cert-manager-combined-amd-nvidia"])
+    placement = config_file(objects, "scheduler.yaml")["placement"]
+    assert placement["policy"] == "binpack"
+    assert placement["device_policy"] == "spread"
+    assert placement["memory_overcommit"] == {"nvidia": 1.5}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_node_agent_arguments_parse_with_the_real_command(scenario, tmp_path):
+    objects = render(SCENARIOS[scenario])
+    vendor_file = tmp_path / "node-vendors.yaml"
+    vendor_file.write_text(yaml.safe_dump(config_file(objects, "node-vendors.yaml")))
+    for daemonset in find(objects, "DaemonSet"):
+        container = daemonset["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"][0] == "node"
+        args = [
+            a.replace("/etc/xpushare/config/node-vendors.yaml", str(vendor_file))
+            for a in container["args"][1:]
+        ]
+        ctx = node_command.make_context("node", [*args, "--node-name", "n1"])
+        assert ctx.params["vendor_config"] == vendor_file
+        assert ctx.params["metrics_port"] == container["ports"][0]["containerPort"]
+        probe_port = container["readinessProbe"]["httpGet"]["port"]
+        assert probe_port == container["ports"][0]["name"]
+
+
+def test_default_resource_names_are_the_plugins_own():
+    """values.yaml lists, per vendor, exactly the names the installed plugin serves by default."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    host = PluginHost.from_environment(environ={})
+    served = {name: list(handle.spec.resource_names.all()) for name, handle in host.vendors.items()}
+    for vendor, settings in values["vendors"].items():
+        assert vendor in served, f"values.yaml names vendor {vendor!r}, no plugin has that name"
+        assert settings["resources"] == served[vendor], vendor
+
+
+def test_every_vendor_plugin_has_a_values_entry():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    host = PluginHost.from_environment(environ={})
+    assert set(host.vendors) <= set(values["vendors"])
