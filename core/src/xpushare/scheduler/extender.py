@@ -191,7 +191,7 @@ class Extender:
     def _candidates(args: dict[str, Any]) -> tuple[list[str], list[ob.Object] | None]:
         names = args.get("NodeNames")
         if names is not None:
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            if not isinstance(names, list) or not set(map(type, names)) <= {str}:
                 raise BadRequest("NodeNames must be a list of node names")
             return names, None
         nodes = args.get("Nodes")

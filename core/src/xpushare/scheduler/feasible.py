@@ -65,6 +65,9 @@ class FeasibilityChecker:
         self._shared: dict[tuple[int, int], Verdict] = {}
         self._ids: dict[Any, int] = {}
         self._next_id = 0
+        #: Per vendor set, node name -> (node state, its version, state id). Entries of
+        #: removed nodes are dropped when the table is emptied with the shared answers.
+        self._sids: dict[tuple[str, ...], dict[str, tuple[NodeState, int, int]]] = {}
         host = placer.host
         self._custom = (
             {n for n, h in host.vendors.items() if h.implements("xpushare_fit")} if host else set()
@@ -109,29 +112,31 @@ class FeasibilityChecker:
         rid = self._id(request.key)
         key = (_MEMO, rid)
         vendors = tuple(sorted(request.vendors))
-        sig_key = (_SIGNATURE, vendors)
         shared = self._shared if _shareable(request) else None
         fits, failed, reasons = out.fits, out.failed, out.reasons
         # Answers of this call by node-state id: no allocation per node on the common path.
         local: dict[int, Verdict] = {}
+        sids = self._sids.setdefault(vendors, {})
         for name in names:
             state = nodes.get(name)
             if state is None:
                 failed[name] = UNKNOWN_NODE
                 reasons[name] = FitReason.NO_DEVICES
                 continue
-            memo = state.memo
             verdict: Verdict | None
             if shared is not None:
-                sid = memo.get(sig_key)
-                if sid is None:
+                # The node's state id, recomputed only after the node changed.
+                known = sids.get(name)
+                if known is not None and known[0] is state and known[1] == state.version:
+                    sid = known[2]
+                else:
                     tables = state.tables
                     signature = tuple(
                         t.state_signature() if (t := tables.get(v)) is not None else None
                         for v in vendors
                     )
                     sid = self._id((_SIGNATURE, signature))
-                    memo[sig_key] = sid
+                    sids[name] = (state, state.version, sid)
                 verdict = local.get(sid)
                 if verdict is None:
                     verdict = shared.get((rid, sid))
@@ -140,9 +145,12 @@ class FeasibilityChecker:
                         if len(shared) >= SHARED_LIMIT:
                             shared.clear()
                             self._ids.clear()
+                            self._sids.clear()
+                            sids = self._sids.setdefault(vendors, {})
                         shared[(rid, sid)] = verdict
                     local[sid] = verdict
             else:
+                memo = state.memo
                 verdict = memo.get(key)
                 if verdict is None:
                     verdict = memo[key] = self._fit(state, request)
