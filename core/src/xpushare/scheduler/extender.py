@@ -406,7 +406,11 @@ class Extender:
         self.ledger.confirm(key)
         self.metrics.decisions.labels(verb="bind", result="bound").inc()
         self._event(
-            pod, "Normal", "DevicesAssigned", f"node {node}: {_assignment_text(assignment)}"
+            pod,
+            "Normal",
+            "DevicesAssigned",
+            f"node {node} (policy {getattr(self.placer.policy, 'name', '?')}): "
+            + _assignment_text(assignment),
         )
         return {"Error": ""}
 
