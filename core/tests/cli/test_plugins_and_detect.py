@@ -20,6 +20,12 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     return CliRunner()
 
 
+@pytest.fixture
+def mock_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other vendor wheels may be installed beside the core; these tests are about mock."""
+    monkeypatch.setenv("XPUSHARE_PLUGINS", "mock")
+
+
 def test_plugins_table_lists_mock_and_core(runner: CliRunner) -> None:
     result = runner.invoke(main, ["plugins"])
     assert result.exit_code == 0, result.output
@@ -46,14 +52,16 @@ def test_plugins_json_shape(runner: CliRunner) -> None:
     assert mock["resources"][0] == "xpushare.io/mock-gpu"
 
 
-def test_detect_without_mock_spec_says_why_mock_is_inactive(runner: CliRunner) -> None:
+def test_detect_without_mock_spec_says_why_mock_is_inactive(
+    runner: CliRunner, mock_only: None
+) -> None:
     result = runner.invoke(main, ["detect"])
     assert result.exit_code == 0, result.output
     assert "no devices found" in result.output
     assert "mock: inactive: no mock devices configured" in result.output
 
 
-def test_detect_json_with_mock_devices(runner: CliRunner) -> None:
+def test_detect_json_with_mock_devices(runner: CliRunner, mock_only: None) -> None:
     result = runner.invoke(
         main, ["detect", "--json"], env={"XPUSHARE_MOCK_DEVICES": "2x A100-80GB,1x T4-16GB"}
     )
@@ -64,7 +72,9 @@ def test_detect_json_with_mock_devices(runner: CliRunner) -> None:
     assert payload["vendors"] == [{"vendor": "mock", "state": "active", "devices": 3}]
 
 
-def test_detect_table_with_a_device_file(runner: CliRunner, tmp_path: Path) -> None:
+def test_detect_table_with_a_device_file(
+    runner: CliRunner, mock_only: None, tmp_path: Path
+) -> None:
     spec = tmp_path / "devices.yaml"
     spec.write_text("devices:\n  - {model: H100, memory_mib: 81559, count: 2, numa_node: 1}\n")
     result = runner.invoke(main, ["detect"], env={"XPUSHARE_MOCK_DEVICES": str(spec)})
@@ -73,7 +83,7 @@ def test_detect_table_with_a_device_file(runner: CliRunner, tmp_path: Path) -> N
     assert "mock: active, 2 device(s)" in result.output
 
 
-def test_detect_with_a_bad_spec_reports_it(runner: CliRunner) -> None:
+def test_detect_with_a_bad_spec_reports_it(runner: CliRunner, mock_only: None) -> None:
     result = runner.invoke(main, ["detect"], env={"XPUSHARE_MOCK_DEVICES": "eight A100s"})
     assert result.exit_code == 0
     assert "mock: inactive: cannot read mock device file eight A100s" in result.output

@@ -120,7 +120,14 @@ def test_broken_vendor_is_failed_and_the_others_still_work(site: Path) -> None:
     assert "libbroken.so.1" in records["broken"]["error"]
     assert records["mock"]["state"] == "loaded"
 
-    detect = _xpushare(site, "detect", "--json", XPUSHARE_MOCK_DEVICES="2x T4-16GB")
+    # The workspace's own vendor wheels may be installed too; look at these three only.
+    detect = _xpushare(
+        site,
+        "detect",
+        "--json",
+        XPUSHARE_MOCK_DEVICES="2x T4-16GB",
+        XPUSHARE_PLUGINS="acme,broken,mock",
+    )
     assert detect.returncode == 0, detect.stderr
     payload = json.loads(detect.stdout)
     assert [d["id"] for d in payload["devices"]] == [
