@@ -20,7 +20,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
 
 #: Seconds in a day, for openssl's -checkend.
 DAY_S = 86_400
@@ -66,7 +69,9 @@ def _text(data: dict[str, str], key: str, where: str) -> str:
     return base64.b64decode(data[key]).decode()
 
 
-def renew(core: Any, namespace: str, name: str, dns: list[str], days: int, before: int) -> bool:
+def renew(
+    core: CoreV1Api, namespace: str, name: str, dns: list[str], days: int, before: int
+) -> bool:
     """Renew the Secret's certificate if it expires within *before* days; True if renewed."""
     where = f"Secret {namespace}/{name}"
     secret = core.read_namespaced_secret(name, namespace)
@@ -89,7 +94,7 @@ def renew(core: Any, namespace: str, name: str, dns: list[str], days: int, befor
     return True
 
 
-def _client(server: str | None) -> Any:
+def _client(server: str | None) -> CoreV1Api:
     from kubernetes import client, config
 
     if server:
