@@ -12,6 +12,7 @@ from chartkit import (
     KUBE_VERSIONS,
     NAMESPACE,
     RELEASE,
+    REPO,
     SCENARIOS,
     config_file,
     find,
@@ -174,13 +175,41 @@ def test_kube_scheduler_mode_runs_a_second_scheduler_with_the_extender():
     assert extender["prioritizeVerb"] == "prioritize" and extender["weight"] > 0
     assert extender["bindVerb"] == "bind"
     assert extender["nodeCacheCapable"] is True
-    managed = {m["name"] for m in extender["managedResources"]}
-    assert {"nvidia.com/gpu", "amd.com/gpumem", "cambricon.com/vmlu"} <= managed
-    assert all(m["ignoredByScheduler"] for m in extender["managedResources"])
+    managed = {m["name"]: m["ignoredByScheduler"] for m in extender["managedResources"]}
+    # Device counts are in node allocatable (kubelet's device plugins): the in-tree fit checks
+    # them; memory and compute never are, so it must ignore them.
+    assert managed["nvidia.com/gpu"] is False and managed["cambricon.com/vmlu"] is False
+    assert managed["nvidia.com/gpumem"] is True and managed["amd.com/gpucores"] is True
+    assert sum(not ignored for ignored in managed.values()) == 9  # one count per vendor
     deployment = one(objects, "Deployment", f"{RELEASE}-xpushare-kube-scheduler")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
     assert "--config=/etc/xpushare/config/kube-scheduler.yaml" in container["command"]
+
+
+def test_kube_scheduler_configuration_agrees_with_the_extenders_example():
+    """deploy/examples/kube-scheduler-config.yaml is the extender's own documented stanza."""
+    import yaml
+
+    example = yaml.safe_load((REPO / "deploy/examples/kube-scheduler-config.yaml").read_text())
+    ours = config_file(rendered("defaults"), "kube-scheduler.yaml")
+    assert ours["apiVersion"] == example["apiVersion"] and ours["kind"] == example["kind"]
+    assert ours["profiles"] == example["profiles"]
+    (mine,), (theirs,) = ours["extenders"], example["extenders"]
+    for key in (
+        "filterVerb",
+        "prioritizeVerb",
+        "bindVerb",
+        "weight",
+        "nodeCacheCapable",
+        "enableHTTPS",
+        "httpTimeout",
+        "ignorable",
+    ):
+        assert mine[key] == theirs[key], key
+    expected = {m["name"]: m["ignoredByScheduler"] for m in theirs["managedResources"]}
+    got = {m["name"]: m["ignoredByScheduler"] for m in mine["managedResources"]}
+    assert got == {k: v for k, v in expected.items() if k.startswith("nvidia.com/")}
 
 
 def test_extender_mode_renders_no_kube_scheduler_but_a_stanza_to_paste():

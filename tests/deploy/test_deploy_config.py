@@ -78,6 +78,8 @@ def test_default_resource_names_are_the_plugins_own():
     for vendor, settings in values["vendors"].items():
         assert vendor in served, f"values.yaml names vendor {vendor!r}, no plugin has that name"
         assert settings["resources"] == served[vendor], vendor
+        # The chart takes the first as the count kubelet's device plugin advertises.
+        assert settings["resources"][0] == host.vendors[vendor].spec.resource_names.count
 
 
 def test_every_vendor_plugin_has_a_values_entry():

@@ -2,8 +2,9 @@
 kube-scheduler's side: the extender stanza (research/k8s-apis.md §3.3) and the whole
 KubeSchedulerConfiguration of the second scheduler. Aligned with
 deploy/examples/kube-scheduler-config.yaml: filter, prioritize and bind verbs, node names only
-(nodeCacheCapable), and the managed resources marked ignoredByScheduler so kube-scheduler's
-own fit check does not reject memory and compute resources no node advertises.
+(nodeCacheCapable); each vendor's count resource (the first of its resources, the one the node
+agent registers with kubelet) is checked by kube-scheduler's own fit, and the memory and compute
+resources, which no node advertises, are marked ignoredByScheduler.
 Argument: (dict "root" $ "caFile" path-or-empty); an empty caFile embeds the CA as caData.
 */}}
 {{- define "xpushare.extenderStanza" -}}
@@ -14,9 +15,13 @@ Argument: (dict "root" $ "caFile" path-or-empty); an empty caFile embeds the CA 
 {{- else if eq $root.Values.webhook.tls.mode "self" -}}
 {{- $_ := set $tls "caData" ((include "xpushare.tls" $root | fromYaml).ca | b64enc) -}}
 {{- end -}}
+{{- $counts := list -}}
+{{- range $vendor, $v := $root.Values.vendors -}}
+{{- if $v.enabled -}}{{- $counts = append $counts (first $v.resources) -}}{{- end -}}
+{{- end -}}
 {{- $managed := list -}}
 {{- range $name := (include "xpushare.managedResources" $root | fromJsonArray) -}}
-{{- $managed = append $managed (dict "name" $name "ignoredByScheduler" true) -}}
+{{- $managed = append $managed (dict "name" $name "ignoredByScheduler" (not (has $name $counts))) -}}
 {{- end -}}
 extenders:
   - urlPrefix: {{ printf "https://%s:443" (include "xpushare.serviceHost" $root) | quote }}
