@@ -1,0 +1,161 @@
+"""The CEL the chart ships decides as intended: evaluated on real-shaped requests.
+
+The webhook's matchCondition decides which pods the API server sends to xpushare; the
+node-scoped ValidatingAdmissionPolicy decides which node writes the agent may make. Both are
+evaluated here with a CEL implementation (cel-rust through ``common-expression-language``) on
+the objects the API server would bind to ``object``, ``oldObject`` and ``request``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import cel
+import pytest
+from chartkit import EVERYTHING, NAMESPACE, RELEASE, one, render
+
+AGENT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-node"
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+
+
+def evaluate(expression: str, **variables) -> object:
+    context = cel.Context()
+    for name, value in variables.items():
+        context.add_variable(name, value)
+    return cel.evaluate(expression, context)
+
+
+def pod(containers=None, init_containers=None) -> dict:
+    spec: dict = {"containers": containers or [{"name": "main", "image": "busybox"}]}
+    if init_containers is not None:
+        spec["initContainers"] = init_containers
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+def container(limits=None, requests=None) -> dict:
+    resources = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    return {"name": "c", "image": "cuda", "resources": resources}
+
+
+def match_condition(values=None) -> str:
+    webhook = one(render(values), "MutatingWebhookConfiguration")["webhooks"][0]
+    (condition,) = webhook["matchConditions"]
+    return condition["expression"]
+
+
+@pytest.mark.parametrize(
+    ("obj", "sent"),
+    [
+        (pod(), False),
+        (pod([container(limits={"cpu": "1", "memory": "1Gi"})]), False),
+        (pod([container(limits={"nvidia.com/gpu": "1"})]), True),
+        (pod([container(limits={"nvidia.com/gpumem": "4000"})]), True),
+        (pod([container(requests={"nvidia.com/gpucores": "30"})]), True),
+        (pod([container(), container(limits={"nvidia.com/gpu": "2"})]), True),
+        (pod([container()], init_containers=[container(limits={"nvidia.com/gpu": "1"})]), True),
+        (pod([container(limits={"amd.com/gpu": "1"})]), False),  # AMD is not enabled
+    ],
+)
+def test_webhook_is_called_only_for_pods_asking_for_managed_resources(obj, sent):
+    assert evaluate(match_condition(), object=obj) is sent
+
+
+def test_match_condition_follows_the_enabled_vendors():
+    expression = match_condition({"vendors": {"amd": {"enabled": True}}})
+    assert evaluate(expression, object=pod([container(limits={"amd.com/gpu": "1"})])) is True
+
+
+def node(name: str, annotations=None, labels=None, unschedulable=False) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": dict(annotations or {}),
+            "labels": dict(labels or {"kubernetes.io/hostname": name}),
+        },
+        "spec": {"unschedulable": unschedulable},
+    }
+
+
+def request(user: str, node_name: str | None) -> dict:
+    extra = {NODE_NAME_KEY: [node_name]} if node_name else {}
+    return {"userInfo": {"username": user, "extra": extra}, "operation": "UPDATE"}
+
+
+def admit(policy: dict, old: dict, new: dict, req: dict) -> list[str]:
+    """The messages of the failed validations ([] = allowed); [] too when the policy skips."""
+    spec = policy["spec"]
+    bound = {"object": new, "oldObject": old, "request": req}
+    if not all(evaluate(c["expression"], **bound) for c in spec["matchConditions"]):
+        return []
+    variables: dict = {}
+    for variable in spec["variables"]:
+        variables[variable["name"]] = evaluate(
+            variable["expression"].replace("variables.", "v_"),
+            **bound,
+            **{f"v_{k}": v for k, v in variables.items()},
+        )
+    failed = []
+    for validation in spec["validations"]:
+        expression = validation["expression"].replace("variables.", "v_")
+        if not evaluate(expression, **bound, **{f"v_{k}": v for k, v in variables.items()}):
+            failed.append(validation.get("message") or validation.get("messageExpression"))
+    return failed
+
+
+@pytest.fixture(scope="module")
+def policy() -> dict:
+    return one(render(EVERYTHING), "ValidatingAdmissionPolicy")
+
+
+def test_agent_may_publish_its_own_inventory(policy):
+    old = node("n1", {"keep": "1", "xpushare.io/inventory-nvidia": "a"})
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["xpushare.io/inventory-nvidia"] = "b"
+    new["metadata"]["annotations"]["xpushare.io/handoff"] = "{}"
+    new["metadata"]["labels"]["xpushare.io/nvidia.count"] = "8"
+    assert admit(policy, old, new, request(AGENT, "n1")) == []
+    del new["metadata"]["annotations"]["xpushare.io/inventory-nvidia"]
+    assert admit(policy, old, new, request(AGENT, "n1")) == []
+
+
+def test_agent_may_not_touch_another_node(policy):
+    old = node("n2")
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["xpushare.io/inventory-nvidia"] = "forged"
+    failed = admit(policy, old, new, request(AGENT, "n1"))
+    assert len(failed) == 1 and "own node" in failed[0]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda n: n["metadata"]["annotations"].update({"other.io/x": "1"}),
+        lambda n: n["metadata"]["annotations"].pop("keep"),
+        lambda n: n["metadata"]["labels"].update({"node-role.kubernetes.io/gpu": ""}),
+        lambda n: n["spec"].update({"unschedulable": True}),
+    ],
+    ids=["foreign-annotation", "removed-annotation", "foreign-label", "spec"],
+)
+def test_agent_may_change_only_xpushare_keys_on_its_node(policy, change):
+    old = node("n1", {"keep": "1"})
+    new = copy.deepcopy(old)
+    change(new)
+    assert len(admit(policy, old, new, request(AGENT, "n1"))) == 1
+
+
+def test_a_token_without_node_name_is_refused_and_others_are_not_judged(policy):
+    old = node("n1")
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["xpushare.io/handoff"] = "{}"
+    failed = admit(policy, old, new, request(AGENT, None))
+    assert any("names no node" in m for m in failed)
+    # Other users (kubelet, the scheduler) are outside the policy.
+    new["spec"]["unschedulable"] = True
+    other = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-scheduler"
+    assert admit(policy, old, new, request(other, None)) == []
