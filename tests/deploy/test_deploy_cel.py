@@ -32,13 +32,16 @@ def pod(containers=None, init_containers=None) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
 
 
-def container(limits=None, requests=None) -> dict:
+def container(limits=None, requests=None, env=None) -> dict:
     resources = {}
     if limits is not None:
         resources["limits"] = limits
     if requests is not None:
         resources["requests"] = requests
-    return {"name": "c", "image": "cuda", "resources": resources}
+    found = {"name": "c", "image": "cuda", "resources": resources}
+    if env is not None:
+        found["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return found
 
 
 def match_condition(values=None) -> str:
@@ -58,6 +61,14 @@ def match_condition(values=None) -> str:
         (pod([container(), container(limits={"nvidia.com/gpu": "2"})]), True),
         (pod([container()], init_containers=[container(limits={"nvidia.com/gpu": "1"})]), True),
         (pod([container(limits={"amd.com/gpu": "1"})]), False),  # AMD is not enabled
+        # No device request, but a variable that would expose every GPU of the node: the
+        # scheduler refuses it on every pod (webhook.visibility_env), so it must see the pod.
+        (pod([container(env={"NVIDIA_VISIBLE_DEVICES": "all"})]), True),
+        (
+            pod([container()], init_containers=[container(env={"NVIDIA_VISIBLE_DEVICES": "0"})]),
+            True,
+        ),
+        (pod([container(env={"PATH": "/bin"})]), False),
     ],
 )
 def test_webhook_is_called_only_for_pods_asking_for_managed_resources(obj, sent):
@@ -67,6 +78,15 @@ def test_webhook_is_called_only_for_pods_asking_for_managed_resources(obj, sent)
 def test_match_condition_follows_the_enabled_vendors():
     expression = match_condition({"vendors": {"amd": {"enabled": True}}})
     assert evaluate(expression, object=pod([container(limits={"amd.com/gpu": "1"})])) is True
+
+
+def test_visibility_variables_with_a_wildcard_match_by_prefix():
+    expression = match_condition({"scheduler": {"webhook": {"visibilityEnv": ["ASCEND_*"]}}})
+    exposed = pod([container(env={"ASCEND_VISIBLE_DEVICES": "0"})])
+    assert evaluate(expression, object=exposed) is True
+    assert (
+        evaluate(expression, object=pod([container(env={"NVIDIA_VISIBLE_DEVICES": "0"})])) is False
+    )
 
 
 def node(name: str, annotations=None, labels=None, unschedulable=False) -> dict:

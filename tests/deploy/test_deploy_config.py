@@ -28,6 +28,10 @@ def test_scheduler_configuration_loads_with_the_real_loader(scenario, tmp_path):
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     config = load_config(path, environ=env)
     assert config.tls.cert_file is not None
+    # The variables the scheduler refuses on every pod are the ones the webhook is sent for.
+    expression = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"]
+    for name in config.webhook.visibility_env:
+        assert f'"{name}"' in expression[0]["expression"]
     assert config.leader.name == f"{RELEASE}-xpushare-scheduler"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"https": config.server.port, "metrics": config.server.metrics_port}
