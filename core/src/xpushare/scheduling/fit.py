@@ -17,7 +17,6 @@ Every rejected device is counted under the first check it failed, so a user read
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,7 +40,7 @@ DeviceOrder = Callable[[NodeState, DeviceTable, Demand], Sequence[DeviceState] |
 #: A vendor's own fit for one demand: (node, table, demand, order, extra, full) -> picks, why.
 DemandFitter = Callable[
     [NodeState, DeviceTable, Demand, Sequence[DeviceState] | None, Extra | None, bool],
-    tuple[list[Pick] | None, Counter[FitReason]],
+    tuple[list[Pick] | None, dict[FitReason, int]],
 ]
 
 _NONE = (0, 0, 0, 0)
@@ -142,14 +141,14 @@ def fit_demand(
     extra: Extra | None = None,
     *,
     full: bool = False,
-) -> tuple[list[Pick] | None, Counter[FitReason]]:
+) -> tuple[list[Pick] | None, dict[FitReason, int]]:
     """Pick ``demand.count`` devices of *table*, walking them in *order*.
 
     Returns the picks (``None`` if the demand does not fit) and the per-reason count of
     devices turned down. With ``full`` every device is examined, so the tally explains the
     whole node even when the demand fits; otherwise the walk stops at the last pick needed.
     """
-    reasons: Counter[FitReason] = Counter()
+    reasons: dict[FitReason, int] = {}
     devices = table.devices if order is None else order
     count = demand.count
     if count > len(table.devices):
@@ -162,7 +161,7 @@ def fit_demand(
     for d in devices:
         result = check_device(d, demand, extra)
         if type(result) is FitReason:
-            reasons[result] += 1
+            reasons[result] = reasons.get(result, 0) + 1
             continue
         if done is not None:
             continue
@@ -209,7 +208,7 @@ class PodFit:
 
     fits: bool
     picks: list[tuple[Demand, list[Pick]]] = field(default_factory=list)
-    reasons: Counter[FitReason] = field(default_factory=Counter)
+    reasons: dict[FitReason, int] = field(default_factory=dict)
     #: The demand that failed (``None`` for host resources or a fit).
     failed: Demand | None = None
     #: Devices examined for the failed demand, for "k/n devices" in messages.
@@ -263,13 +262,13 @@ def fit_pod(
     """
     reason = host_reject(node, request)
     if reason is not None:
-        return PodFit(False, reasons=Counter({reason: 1}))
+        return PodFit(False, reasons={reason: 1})
     extra: Extra = {}
     out: list[tuple[Demand, list[Pick]]] = []
     for demand in request.demands:
         table = node.tables.get(demand.vendor)
         if table is None or not table.devices:
-            return PodFit(False, reasons=Counter({FitReason.NO_DEVICES: 1}), failed=demand)
+            return PodFit(False, reasons={FitReason.NO_DEVICES: 1}, failed=demand)
         use = None if demand.init else extra
         fitter = custom.get(demand.vendor) if custom else None
         if quick and not use and not full and fitter is None:
@@ -277,7 +276,7 @@ def fit_pod(
             if why is not None:
                 return PodFit(
                     False,
-                    reasons=Counter({why: len(table.devices)}),
+                    reasons={why: len(table.devices)},
                     failed=demand,
                     examined=len(table.devices),
                 )

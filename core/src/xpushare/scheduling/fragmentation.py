@@ -23,6 +23,7 @@ host check (CPU and memory left against each shape's) is done per node.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from xpushare.scheduling.request import Demand, PodRequest
+
+_memo_ids = itertools.count(-1, -1)  # negative: never equal to the placement engine's keys
 
 #: Share of the tasks the representative shapes must cover: the FGD simulator's
 #: ``podPopularityThreshold`` of the paper's runs (95 %), taken in order of popularity.
@@ -311,8 +314,10 @@ class FragmentationPolicy(Policy):
     def _set(self, workload: Workload) -> None:
         self.workload = workload
         self.meter = FragmentationMeter(workload)
-        # Node memos are keyed by this token, so answers from an older workload are unused.
-        self._token = object()
+        # Node memo keys: fresh ints per workload, so answers from an older one are unused
+        # (ints, because hashing a request's nested key on every lookup is slow).
+        self._frag_key = next(_memo_ids)
+        self._keys: dict[tuple[Any, ...], int] = {}
 
     def set_workload(self, workload: Workload) -> None:
         self._learn = False
@@ -330,7 +335,7 @@ class FragmentationPolicy(Policy):
     # -- measure -----------------------------------------------------------------------------
 
     def node_frag(self, node: NodeState) -> float:
-        key = (self._token, "F")
+        key = self._frag_key
         frag = node.memo.get(key)
         if frag is None:
             frag = node.memo[key] = self.meter.node_frag(node)
@@ -343,7 +348,9 @@ class FragmentationPolicy(Policy):
         device); for other pods the growth is that of the engine's default picks and the
         picks are ``None``.
         """
-        key = (self._token, request.key)
+        key = self._keys.get(request.key)
+        if key is None:
+            key = self._keys[request.key] = next(_memo_ids)
         hit = node.memo.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]

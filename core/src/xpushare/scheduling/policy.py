@@ -30,8 +30,11 @@ class Policy:
     description = ""
     cacheable = True
 
-    def score(self, node: NodeState, request: PodRequest) -> float:
-        """How much *request* should go to *node* (it fits there); higher is better."""
+    def score(self, node: NodeState, request: PodRequest) -> float | tuple[float, ...]:
+        """How much *request* should go to *node* (it fits there); higher is better.
+
+        A tuple ranks lexicographically: later elements only break ties of earlier ones.
+        """
         raise NotImplementedError
 
     def device_order(

@@ -109,6 +109,8 @@ class PodRequest:
     memory_mib: int = 0
     pod: PodRef | None = None
     key: tuple[Any, ...] = field(default=(), compare=False)
+    #: The vendors asked for (set once: read for every node).
+    vendors: frozenset[str] = field(default=frozenset(), compare=False)
 
     @classmethod
     def build(
@@ -122,7 +124,14 @@ class PodRequest:
     ) -> PodRequest:
         demands = tuple(Demand(r, init=True) for r in init) + tuple(Demand(r) for r in requests)
         key = (cpu_milli, memory_mib, tuple(d.key for d in demands))
-        return cls(demands=demands, cpu_milli=cpu_milli, memory_mib=memory_mib, pod=pod, key=key)
+        return cls(
+            demands=demands,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
+            pod=pod,
+            key=key,
+            vendors=frozenset(d.vendor for d in demands),
+        )
 
     @property
     def app(self) -> tuple[Demand, ...]:
@@ -131,10 +140,6 @@ class PodRequest:
     @property
     def init(self) -> tuple[Demand, ...]:
         return tuple(d for d in self.demands if d.init)
-
-    @property
-    def vendors(self) -> frozenset[str]:
-        return frozenset(d.vendor for d in self.demands)
 
     @property
     def wants_devices(self) -> bool:

@@ -1,0 +1,59 @@
+"""How placement decisions are made: the policy, its options, over-commit, tie-breaks.
+
+One model for the scheduler's configuration file, the simulator's flags and ``xpushare
+fit``, so the three decide alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from xpushare.scheduling import DEFAULT_POLICY, UsageLedger
+
+
+class PlacementConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: str = Field(default=DEFAULT_POLICY, description="placement policy by name")
+    policy_options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword options of the policy"
+    )
+    device_policy: Literal["binpack", "spread"] | None = Field(
+        default=None,
+        description="device order inside a node; unset: the policy's own",
+    )
+    memory_overcommit: dict[str, float] = Field(
+        default_factory=dict,
+        description="per vendor ('*' for all): device memory may be booked up to this factor",
+    )
+    compute_overcommit: dict[str, float] = Field(
+        default_factory=dict,
+        description="per vendor ('*' for all): device compute may be booked up to this factor",
+    )
+    vendor_score_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="weight of the vendors' own xpushare_score against the policy's score",
+    )
+    tie_break: Literal["first", "random"] = Field(
+        default="first",
+        description="among equally good nodes: the first listed, or one at random (seeded)",
+    )
+    seed: int = Field(default=0, description="seed of the random tie-break")
+
+    @field_validator("memory_overcommit", "compute_overcommit")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for vendor, factor in value.items():
+            if not factor > 0:
+                raise ValueError(f"over-commit of {vendor!r} must be > 0, got {factor}")
+        return value
+
+    def new_ledger(self) -> UsageLedger:
+        """An empty usage ledger with this configuration's over-commit factors."""
+        return UsageLedger(
+            memory_overcommit=self.memory_overcommit, compute_overcommit=self.compute_overcommit
+        )

@@ -1,0 +1,554 @@
+"""The placement engine the extender and the simulator share: filter, score, decide.
+
+Why one engine: a policy measured in the simulator must be the policy the cluster runs, so
+``xpushare simulate`` replays a trace through exactly the calls the extender makes for each
+pod (parse with the vendors' hooks, filter the candidate nodes, score them, decide the
+devices on the chosen node, count it in the ledger).
+
+Speed (``/filter`` p99 <= 20 ms at 5,000 nodes; 10 million node checks per trace replay):
+
+* a node's answer for a request (fits and score, or why not) depends only on the node's
+  state and the request, so it is remembered in the node's memo under the request's key
+  and thrown away when the node changes; a node is re-examined only after it changed;
+* a fresh answer first checks the table summaries, so a full node is rejected in O(1);
+* pydantic models are built only for the decision and for explanations.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xpushare.errors import PluginError
+from xpushare.models import (
+    ContainerAssignment,
+    DeviceUsage,
+    FitReason,
+    FitResult,
+    NodeFit,
+    PodAssignment,
+)
+from xpushare.placement.config import PlacementConfig
+from xpushare.placement.requests import pod_request
+from xpushare.scheduling import (
+    PodFit,
+    PodRequest,
+    Policy,
+    PolicyRegistry,
+    UsageLedger,
+    builtin_policies,
+    fit_demand,
+    fit_pod,
+    host_reject,
+    summarize,
+)
+from xpushare.scheduling.fit import Extra, Pick, add_extra, slices
+from xpushare.scheduling.policies import emptiest_first, fullest_first
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from xpushare.models import PodView
+    from xpushare.plugins import PluginHost, VendorHandle
+    from xpushare.scheduling import Demand
+    from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
+
+log = logging.getLogger(__name__)
+
+#: Memo keys: one small int per (placer or policy, request shape), unique in the process,
+#: because hashing a request's nested key tuple on every node lookup costs more than the
+#: rest of a cached lookup.
+_memo_ids = itertools.count(1)
+
+#: A node's score key: compared element by element, higher is better.
+Score = tuple[float, ...]
+_LOWEST: Score = (float("-inf"),)
+
+
+def score_key(value: float | Sequence[float]) -> Score:
+    """A policy's score as a key; floats are rounded so equal sums compare equal."""
+    if isinstance(value, int | float):
+        return (round(float(value), 9),)
+    return tuple(round(float(v), 9) for v in value)
+
+
+#: Node message when the ledger has never heard of a node.
+UNKNOWN_NODE = "node unknown to xpushare (no inventory registered by its node agent)"
+
+
+class NoFit(ValueError):
+    """The pod does not fit the node it was meant for; the message says why."""
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """Which candidate nodes fit a pod, and why each other one does not."""
+
+    fits: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def tally(self) -> Counter[str]:
+        """How many nodes failed for each reason."""
+        return Counter(self.failed.values())
+
+    def explain(self, limit: int = 5) -> str:
+        """'0/3 nodes fit: 2 x <reason>; 1 x <reason>', for an event or a log line."""
+        total = len(self.fits) + len(self.failed)
+        parts = [f"{n} x {why}" for why, n in self.tally().most_common(limit)]
+        head = f"{len(self.fits)}/{total} nodes fit"
+        return f"{head}: {'; '.join(parts)}" if parts else head
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a pod goes: the node, its score, and the devices per container."""
+
+    node: str
+    score: float
+    assignment: PodAssignment
+
+
+def policy_registry(host: PluginHost | None = None) -> PolicyRegistry:
+    """Every policy: the core's, and those plugins contribute through the hook."""
+    registry = PolicyRegistry()
+    if host is None:
+        registry.update(builtin_policies(), owner="xpushare")
+    else:
+        host.call_register_policies(registry.register)
+    return registry
+
+
+class Placer:
+    """Filter, score and decide placements against a :class:`UsageLedger`.
+
+    ``policy`` is a :class:`Policy` or the name of a registered one (options from
+    ``config.policy_options``). ``host`` provides the vendors: their request parsing and,
+    for vendors that implement ``xpushare_fit``, their own fit; without a host only the
+    core's default fit is used and pods must come as :class:`PodRequest`.
+    """
+
+    def __init__(
+        self,
+        ledger: UsageLedger,
+        policy: Policy | str | None = None,
+        *,
+        host: PluginHost | None = None,
+        config: PlacementConfig | None = None,
+        registry: PolicyRegistry | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.host = host
+        self.config = config or PlacementConfig()
+        if policy is None:
+            policy = self.config.policy
+        if isinstance(policy, str):
+            registry = registry or policy_registry(host)
+            policy = registry.create(policy, self.config.policy_options)
+        self.policy: Policy = policy
+        self._keys: dict[tuple[Any, ...], int] = {}
+        self._last_request: PodRequest | None = None
+        self._last_key = 0
+        self._rng = random.Random(self.config.seed)
+        self._custom: dict[str, VendorHandle] = {}
+        self._scorers: dict[str, VendorHandle] = {}
+        if host is not None:
+            for name, handle in host.vendors.items():
+                if handle.implements("xpushare_fit"):
+                    self._custom[name] = handle
+                if self.config.vendor_score_weight > 0 and handle.implements("xpushare_score"):
+                    self._scorers[name] = handle
+        mode = self.config.device_policy
+        if mode is None:
+            self._order = self.policy.device_order
+        else:
+            pick = fullest_first if mode == "binpack" else emptiest_first
+            self._order = lambda node, table, demand: pick(table)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def request(self, pod: PodView) -> PodRequest:
+        """Parse a pod with the vendors' hooks (``ValueError`` explains a bad request)."""
+        if self.host is None:
+            raise ValueError("this placer has no plugin host to parse pods; pass PodRequests")
+        return pod_request(pod, self.host.vendors.values())
+
+    # -- the per-node answer ---------------------------------------------------------------------
+
+    def _fitters(self, request: PodRequest) -> dict[str, Any] | None:
+        if not self._custom:
+            return None
+        wanted = {
+            v: self._vendor_fitter(h) for v, h in self._custom.items() if v in request.vendors
+        }
+        return wanted or None
+
+    def _fit(self, node: NodeState, request: PodRequest, *, full: bool = False) -> PodFit:
+        return fit_pod(node, request, self._order, full=full, custom=self._fitters(request))
+
+    def verdict(self, node: NodeState, request: PodRequest) -> tuple[bool, Any, Any]:
+        """(True, score, None) when *request* fits *node*, else (False, why, main reason).
+
+        Remembered in the node's memo until the node changes.
+        """
+        key = self._memo_key(request)
+        memo = node.memo
+        hit = memo.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        return self._verdict(node, request, key)
+
+    def _memo_key(self, request: PodRequest) -> int:
+        if request is self._last_request:
+            return self._last_key
+        key = self._keys.get(request.key)
+        if key is None:
+            key = self._keys[request.key] = next(_memo_ids)
+        self._last_request, self._last_key = request, key
+        return key
+
+    def _verdict(self, node: NodeState, request: PodRequest, key: int) -> tuple[bool, Any, Any]:
+        memo = node.memo
+        fit = self._fit(node, request)
+        if fit.fits:
+            result: tuple[bool, Any, Any] = (
+                True,
+                score_key(self.policy.score(node, request)),
+                None,
+            )
+        else:
+            # The message is built when someone reads it (filter), not for every node.
+            result = (False, fit, fit.primary())
+        memo[key] = result
+        return result
+
+    def _nodes(self, names: Iterable[str] | None) -> Iterable[tuple[str, NodeState | None]]:
+        nodes = self.ledger.nodes
+        if names is None:
+            return nodes.items()
+        return ((n, nodes.get(n)) for n in names)
+
+    def _unknown(self, request: PodRequest) -> tuple[bool, Any, Any]:
+        if request.wants_devices:
+            return (False, UNKNOWN_NODE, FitReason.NO_DEVICES)
+        return (True, _LOWEST, None)
+
+    # -- extender calls --------------------------------------------------------------------------
+
+    def filter(self, request: PodRequest, nodes: Iterable[str] | None = None) -> FilterResult:
+        """Which of *nodes* (all the ledger's when ``None``) the pod fits, and why not."""
+        self.policy.observe(request)
+        out = FilterResult()
+        verdict = self.verdict
+        for name, state in self._nodes(nodes):
+            ok, value, _ = verdict(state, request) if state is not None else self._unknown(request)
+            if ok:
+                out.fits.append(name)
+            else:
+                out.failed[name] = value.message() if isinstance(value, PodFit) else value
+        return out
+
+    def scores(self, request: PodRequest, nodes: Iterable[str] | None = None) -> dict[str, Score]:
+        """The policy's score of every fitting node, as a key: higher is better.
+
+        A key is a tuple compared element by element (a policy may rank by a second
+        criterion among nodes equal on the first).
+        """
+        out: dict[str, Score] = {}
+        verdict = self.verdict
+        for name, state in self._nodes(nodes):
+            ok, value, _ = verdict(state, request) if state is not None else self._unknown(request)
+            if ok:
+                out[name] = value
+        if self._scorers and out:
+            out = {n: (v,) for n, v in self._blend(request, out).items()}
+        return out
+
+    def prioritize(
+        self, request: PodRequest, nodes: Iterable[str] | None = None
+    ) -> dict[str, float]:
+        """Scores of the fitting nodes scaled to [0, 100]; others are left out.
+
+        The best nodes get 100; the others are placed in [0, 99] by the first element of
+        their key, so a node second only on a tie-break criterion still scores below them.
+        """
+        raw = self.scores(request, nodes)
+        if not raw:
+            return {}
+        best = max(raw.values())
+        firsts = [k[0] for k in raw.values() if k[0] != float("-inf")]
+        low, high = (min(firsts), max(firsts)) if firsts else (0.0, 0.0)
+        span = (high - low) or 1.0
+        out = {}
+        for name, key in raw.items():
+            if key == best:
+                out[name] = 100.0
+            elif key[0] == float("-inf"):
+                out[name] = 0.0
+            else:
+                out[name] = min(99.0, 99.0 * (key[0] - low) / span)
+        return out
+
+    def select(self, request: PodRequest, nodes: Iterable[str] | None = None) -> str | None:
+        """The best node for the pod among *nodes* (``None`` if it fits none)."""
+        self.policy.observe(request)
+        if self._scorers or nodes is not None:
+            return self._pick_best(self.scores(request, nodes).items())
+        # The hot loop of the simulator and of /filter-sized decisions: no generator, no
+        # name lookups, the memo read inline.
+        key = self._memo_key(request)
+        compute = self._verdict
+        best: NodeState | None = None
+        best_score: Score = _LOWEST
+        ties = 0
+        rng = self._rng if self.config.tie_break == "random" else None
+        for state in self.ledger.nodes.values():
+            v = state.memo.get(key)
+            if v is None:
+                v = compute(state, request, key)
+            if not v[0]:
+                continue
+            score = v[1]
+            if best is None or score > best_score:
+                best, best_score, ties = state, score, 1
+            elif rng is not None and score == best_score:
+                ties += 1
+                if rng.randrange(ties) == 0:
+                    best = state
+        return best.name if best is not None else None
+
+    def _pick_best(self, scored: Iterable[tuple[str, Score]]) -> str | None:
+        """The highest key; among equal keys the first, or one at random (seeded)."""
+        best: str | None = None
+        best_score: Score = _LOWEST
+        ties = 0
+        rand = self.config.tie_break == "random"
+        for name, score in scored:
+            if best is None or score > best_score:
+                best, best_score, ties = name, score, 1
+            elif rand and score == best_score:
+                ties += 1
+                if self._rng.randrange(ties) == 0:
+                    best = name
+        return best
+
+    def failure_tally(
+        self, request: PodRequest, nodes: Iterable[str] | None = None
+    ) -> Counter[FitReason]:
+        """How many of *nodes* turn the pod down for each main reason."""
+        tally: Counter[FitReason] = Counter()
+        for _, state in self._nodes(nodes):
+            ok, _, reason = (
+                self.verdict(state, request) if state is not None else self._unknown(request)
+            )
+            if not ok and reason is not None:
+                tally[reason] += 1
+        return tally
+
+    def decide(self, request: PodRequest, node: str) -> PodAssignment:
+        """The devices each container gets on *node*; :class:`NoFit` if it does not fit."""
+        state = self.ledger.node(node)
+        if state is None:
+            if request.wants_devices:
+                raise NoFit(f"node {node}: {UNKNOWN_NODE}")
+            return PodAssignment(node=node, containers=())
+        fit = None
+        if self.config.device_policy is None and not (request.vendors & self._custom.keys()):
+            fit = self.policy.place(state, request)
+        if fit is None:
+            fit = self._fit(state, request)
+        if not fit.fits:
+            raise NoFit(f"node {node}: {fit.message()}")
+        return PodAssignment(
+            node=node,
+            containers=tuple(
+                ContainerAssignment(
+                    container=demand.container,
+                    vendor=demand.vendor,
+                    init=demand.init,
+                    devices=slices(picks),
+                )
+                for demand, picks in fit.picks
+            ),
+        )
+
+    def place(self, request: PodRequest, nodes: Iterable[str] | None = None) -> Decision | None:
+        """Select the best node and decide the devices there (``None``: fits nowhere)."""
+        node = self.select(request, nodes)
+        if node is None:
+            return None
+        state = self.ledger.node(node)
+        score = self.verdict(state, request)[1] if state is not None else _LOWEST
+        return Decision(node=node, score=score[0], assignment=self.decide(request, node))
+
+    def commit(
+        self, key: str, request: PodRequest, assignment: PodAssignment, *, reserved: bool = False
+    ) -> None:
+        """Count a placed pod (or, with ``reserved``, a decision not yet bound)."""
+        self.ledger.add(
+            key,
+            assignment,
+            cpu_milli=request.cpu_milli,
+            memory_mib=request.memory_mib,
+            reserved=reserved,
+        )
+
+    # -- explanations ----------------------------------------------------------------------------
+
+    def explain(self, request: PodRequest, node: str) -> NodeFit:
+        """Everything about one pod on one node: per container, devices and reasons."""
+        state = self.ledger.node(node)
+        if state is None:
+            ok, _, _ = self._unknown(request)
+            return NodeFit(node=node, fits=ok, reason="" if ok else UNKNOWN_NODE)
+        host = host_reject(state, request)
+        if host is not None:
+            return NodeFit(node=node, fits=False, reason=host.value)
+        results: list[FitResult] = []
+        extra: Extra = {}
+        fits = True
+        reason = ""
+        fitters = self._fitters(request) or {}
+        for demand in request.demands:
+            table = state.tables.get(demand.vendor)
+            if table is None or not table.devices:
+                results.append(
+                    FitResult(
+                        fits=False,
+                        reasons={FitReason.NO_DEVICES: 1},
+                        message=f"node has no {demand.vendor} devices",
+                    )
+                )
+                fits, reason = False, results[-1].message
+                break
+            use = None if demand.init else extra
+            order = self._order(state, table, demand)
+            fitter = fitters.get(demand.vendor)
+            if fitter is not None:
+                picks, reasons = fitter(state, table, demand, order, use, True)
+            else:
+                picks, reasons = fit_demand(table, demand, order, use, full=True)
+            if picks is None:
+                message = summarize(reasons, len(table.devices), demand)
+                results.append(FitResult(fits=False, reasons=dict(reasons), message=message))
+                fits, reason = False, message
+                break
+            results.append(FitResult(fits=True, devices=slices(picks), reasons=dict(reasons)))
+            if not demand.init:
+                add_extra(extra, picks)
+        score = 0.0
+        if fits:
+            ok, value, _ = self.verdict(state, request)
+            if ok:
+                score = value[0]
+                # The policy may choose other devices than the plain walk above: show those.
+                assignment = self.decide(request, node)
+                results = [
+                    r.model_copy(update={"devices": c.devices})
+                    for r, c in zip(results, assignment.containers, strict=False)
+                ]
+        return NodeFit(node=node, fits=fits, containers=tuple(results), score=score, reason=reason)
+
+    # -- vendors with a fit or a score of their own ----------------------------------------------
+
+    def _vendor_fitter(self, handle: VendorHandle) -> Any:
+        ledger = self.ledger
+
+        def fitter(
+            node: NodeState,
+            table: DeviceTable,
+            demand: Demand,
+            order: Sequence[DeviceState] | None,
+            extra: Extra | None,
+            full: bool,
+        ) -> tuple[list[Pick] | None, dict[FitReason, int]]:
+            usage = _usage_with(table, extra)
+            try:
+                result = handle.fit(
+                    request=demand.request,
+                    node=ledger.node_view(node.name, demand.vendor),
+                    usage=usage,
+                    device_order=[d.id for d in (order or table.devices)],
+                    memory_overcommit=ledger.memory_overcommit(demand.vendor),
+                )
+            except PluginError as exc:
+                log.warning("vendor %s: fit on node %s failed: %s", handle.name, node.name, exc)
+                return None, {FitReason.VENDOR_ERROR: 1}
+            if not result.fits:
+                return None, dict(result.reasons or {FitReason.NOT_ENOUGH_FIT: 1})
+            picks: list[Pick] = []
+            for s in result.devices:
+                d = table.by_id.get(s.device_id)
+                if d is None:
+                    return None, {FitReason.VENDOR_ERROR: 1}
+                picks.append((d, s.memory_mib, s.compute_percent, s.exclusive, s.partition))
+            return picks, dict(result.reasons)
+
+        return fitter
+
+    def _blend(self, request: PodRequest, keys: Mapping[str, Score]) -> dict[str, float]:
+        """Mix the vendors' own scores (in [0, 1]) into the policy's, by the configured weight."""
+        weight = self.config.vendor_score_weight
+        raw = {n: k[0] for n, k in keys.items()}
+        low, high = min(raw.values()), max(raw.values())
+        span = (high - low) or 1.0
+        out: dict[str, float] = {}
+        for name, s in raw.items():
+            policy_part = (s - low) / span if high > low else 1.0
+            vendor_scores = []
+            for demand in request.demands:
+                handle = self._scorers.get(demand.vendor)
+                if handle is None:
+                    continue
+                node_view = self.ledger.node_view(name, demand.vendor)
+                usage = self.ledger.device_usage(name, demand.vendor)
+                state = self.ledger.node(name)
+                table = state.tables.get(demand.vendor) if state is not None else None
+                if table is None:
+                    continue
+                picks, reasons = fit_demand(table, demand, self._order(state, table, demand))  # type: ignore[arg-type]
+                fit = FitResult(
+                    fits=picks is not None, devices=slices(picks or []), reasons=dict(reasons)
+                )
+                try:
+                    value = handle.score(
+                        request=demand.request, node=node_view, fit=fit, usage=usage
+                    )
+                except PluginError:
+                    value = None
+                if value is not None:
+                    vendor_scores.append(value)
+            vendor_part = sum(vendor_scores) / len(vendor_scores) if vendor_scores else policy_part
+            out[name] = (1 - weight) * policy_part + weight * vendor_part
+        return out
+
+
+def _usage_with(table: DeviceTable, extra: Extra | None) -> dict[str, DeviceUsage]:
+    usage = {}
+    for d in table.devices:
+        u = d.to_usage()
+        e = extra.get(d.id) if extra else None
+        if e is not None:
+            u = u.model_copy(
+                update={
+                    "used_slots": u.used_slots + e[0],
+                    "used_memory_mib": u.used_memory_mib + e[1],
+                    "used_compute_percent": u.used_compute_percent + e[2],
+                    "exclusive": u.exclusive or e[3] > 0,
+                }
+            )
+        usage[d.id] = u
+    return usage
+
+
+__all__ = [
+    "UNKNOWN_NODE",
+    "Decision",
+    "FilterResult",
+    "NoFit",
+    "Placer",
+    "policy_registry",
+]

@@ -1,0 +1,186 @@
+"""Replaying a workload against a simulated fleet with the real placement engine.
+
+Each arriving task becomes a pod spec, is parsed by the vendor's hook, filtered, scored and
+placed by :class:`~xpushare.placement.Placer` and counted in a
+:class:`~xpushare.scheduling.UsageLedger`: the calls the extender makes for a pod.
+Everything is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xpushare.placement import PlacementConfig, Placer
+from xpushare.scheduling import UNITS, FragmentationMeter, PodRequest, Workload
+from xpushare.simulator.fleet import VENDOR, capacity_gpus, pod_view, populate
+from xpushare.simulator.protocol import DEFAULT_INFLATION, DEFAULT_SEED, arrivals
+
+if TYPE_CHECKING:
+    from xpushare.plugins import PluginHost
+    from xpushare.simulator.trace import NodeSpec, TaskSpec
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class RunResult:
+    """One policy, one seed: what was allocated as demand arrived, and what failed."""
+
+    policy: str
+    seed: int
+    capacity_gpus: int
+    tasks_arrived: int = 0
+    tasks_placed: int = 0
+    arrived_gpus: float = 0.0
+    allocated_gpus: float = 0.0
+    failed_gpus: float = 0.0
+    fragmentation_gpus: float = 0.0
+    free_gpus: float = 0.0
+    failures: dict[str, int] = field(default_factory=dict)
+    #: (arrived demand, allocated), both in % of capacity, at each whole percent of arrival.
+    curve: list[tuple[float, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def allocation_ratio(self) -> float:
+        """Allocated GPUs in % of the fleet's capacity."""
+        return 100.0 * self.allocated_gpus / self.capacity_gpus if self.capacity_gpus else 0.0
+
+    @property
+    def arrived_ratio(self) -> float:
+        return 100.0 * self.arrived_gpus / self.capacity_gpus if self.capacity_gpus else 0.0
+
+    @property
+    def unallocated_gpus(self) -> float:
+        return self.capacity_gpus - self.allocated_gpus
+
+    @property
+    def fragmentation_ratio(self) -> float:
+        """Fragmented GPUs in % of the free GPUs."""
+        return 100.0 * self.fragmentation_gpus / self.free_gpus if self.free_gpus else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "seed": self.seed,
+            "capacity_gpus": self.capacity_gpus,
+            "tasks_arrived": self.tasks_arrived,
+            "tasks_placed": self.tasks_placed,
+            "arrived_gpus": round(self.arrived_gpus, 3),
+            "arrived_percent": round(self.arrived_ratio, 3),
+            "allocated_gpus": round(self.allocated_gpus, 3),
+            "allocation_percent": round(self.allocation_ratio, 3),
+            "unallocated_gpus": round(self.unallocated_gpus, 3),
+            "failed_gpus": round(self.failed_gpus, 3),
+            "fragmentation_gpus": round(self.fragmentation_gpus, 3),
+            "fragmentation_percent_of_free": round(self.fragmentation_ratio, 3),
+            "failures": dict(sorted(self.failures.items(), key=lambda kv: -kv[1])),
+            "curve": [[round(a, 3), round(b, 3)] for a, b in self.curve],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class Simulation:
+    """A fleet and a workload, ready to be replayed under any policy and seed."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        tasks: Sequence[TaskSpec],
+        *,
+        host: PluginHost,
+        config: PlacementConfig | None = None,
+        inflation: float = DEFAULT_INFLATION,
+        target: float = 1.0,
+        coverage: float = 0.95,
+    ) -> None:
+        if not nodes:
+            raise ValueError("the fleet has no nodes")
+        if not tasks:
+            raise ValueError("the workload has no tasks")
+        if not 0 < target <= inflation:
+            raise ValueError(f"target must be in (0, inflation={inflation}], got {target}")
+        self.nodes = list(nodes)
+        self.tasks = list(tasks)
+        self.host = host
+        self.config = config or PlacementConfig()
+        self.inflation = inflation
+        self.target = target
+        self.capacity = capacity_gpus(self.nodes)
+        if self.capacity == 0:
+            raise ValueError("the fleet has no GPUs")
+        self.names = host.vendor(VENDOR).spec.resource_names
+        self.workload = self._workload(coverage)
+
+    def _parse(self, placer: Placer, task: TaskSpec) -> PodRequest:
+        return placer.request(pod_view(task, self.names))
+
+    def _workload(self, coverage: float) -> Workload:
+        """The trace's task shapes and frequencies, the FGD paper's "typical pods"."""
+        placer = Placer(self.config.new_ledger(), "binpack", host=self.host, config=self.config)
+        parsed: dict[tuple[Any, ...], PodRequest] = {}
+        requests = []
+        for t in self.tasks:
+            shape = (t.cpu_milli, t.memory_mib, t.num_gpu, t.gpu_milli, t.gpu_spec)
+            req = parsed.get(shape)
+            if req is None:
+                req = parsed[shape] = self._parse(placer, t)
+            requests.append(req)
+        return Workload.from_requests(requests, coverage)
+
+    def run(
+        self, policy: str, seed: int = DEFAULT_SEED, progress: Progress | None = None
+    ) -> RunResult:
+        """Replay the arrivals of *seed* under *policy*."""
+        started = time.perf_counter()
+        order = arrivals(self.tasks, self.capacity, seed=seed, inflation=self.inflation)
+        ledger = self.config.new_ledger()
+        populate(ledger, self.nodes)
+        placer = Placer(ledger, policy, host=self.host, config=self.config)
+        placer.policy.set_workload(self.workload)
+        result = RunResult(policy=policy, seed=seed, capacity_gpus=self.capacity)
+        limit = self.target * self.capacity + 1e-9
+        failures: Counter[str] = Counter()
+        next_point = 0
+        total = len(order)
+        for i, task in enumerate(order):
+            if result.arrived_gpus + task.gpus > limit:
+                break
+            result.arrived_gpus += task.gpus
+            result.tasks_arrived += 1
+            request = self._parse(placer, task)
+            decision = placer.place(request)
+            if decision is not None:
+                placer.commit(f"sim/{task.name}", request, decision.assignment)
+                result.allocated_gpus += task.gpus
+                result.tasks_placed += 1
+            else:
+                result.failed_gpus += task.gpus
+                tally = placer.failure_tally(request)
+                reason = tally.most_common(1)[0][0].value if tally else "no node"
+                failures[reason] += 1
+            arrived = result.arrived_ratio
+            if arrived >= next_point:
+                result.curve.append((arrived, result.allocation_ratio))
+                next_point = int(arrived) + 1
+            if progress is not None and (i % 64 == 0):
+                progress(i, total)
+        if not result.curve or result.curve[-1][0] != result.arrived_ratio:
+            result.curve.append((result.arrived_ratio, result.allocation_ratio))
+        meter = FragmentationMeter(self.workload)
+        frag = 0.0
+        free = 0
+        for state in ledger.nodes.values():
+            frag += meter.node_frag(state)
+            free += sum(t.units_free for t in state.tables.values())
+        result.fragmentation_gpus = frag / UNITS
+        result.free_gpus = free / UNITS
+        result.failures = dict(failures)
+        result.seconds = time.perf_counter() - started
+        if progress is not None:
+            progress(total, total)
+        return result

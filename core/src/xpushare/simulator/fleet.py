@@ -1,0 +1,79 @@
+"""Turning trace rows into what the extender sees: mock-vendor devices and pod specs.
+
+Nodes get devices of the built-in ``mock`` vendor whose model is the trace's GPU model. A
+task becomes a pod spec with the mock vendor's resource names, as a user would write it:
+
+* ``num_gpu`` whole GPUs: ``<count>: num_gpu`` and ``<compute>: 100`` (whole devices, used
+  exclusively, as HAMi's webhook makes a bare whole-GPU request);
+* a fractional ``gpu_milli`` on one GPU: ``<memory-percent>`` and ``<compute>`` both
+  ``gpu_milli / 10``, since the trace gives only a share of the GPU;
+* ``gpu_spec`` becomes the ``xpushare.io/use-model`` annotation;
+* CPU and memory become the container's requests, checked as kube-scheduler would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xpushare.models import ContainerView, Device, PodRef, PodView, ResourceNames
+from xpushare.plugins.builtin.defaults import USE_MODEL
+from xpushare.scheduling import UsageLedger
+from xpushare.simulator.trace import NodeSpec, TaskSpec
+
+#: The vendor whose devices the simulated fleet has.
+VENDOR = "mock"
+
+
+def node_devices(node: NodeSpec) -> list[Device]:
+    per_numa = max(1, -(-node.gpus // node.numa_nodes))
+    return [
+        Device(
+            vendor=VENDOR,
+            id=f"{node.name}-gpu{i}",
+            index=i,
+            model=node.model,
+            memory_mib=node.device_memory_mib,
+            share_slots=node.share_slots,
+            numa_node=i // per_numa if node.numa_nodes > 1 else None,
+        )
+        for i in range(node.gpus)
+    ]
+
+
+def populate(ledger: UsageLedger, nodes: Sequence[NodeSpec]) -> None:
+    """Register every node of the fleet, with its host resources, in *ledger*."""
+    for node in nodes:
+        ledger.set_node(
+            node.name, node_devices(node), cpu_milli=node.cpu_milli, memory_mib=node.memory_mib
+        )
+
+
+def pod_view(task: TaskSpec, names: ResourceNames, namespace: str = "sim") -> PodView:
+    """The pod spec a user would write for *task*."""
+    limits: dict[str, str] = {}
+    if task.num_gpu:
+        limits[names.count] = str(task.num_gpu)
+        if task.whole:
+            if names.compute:
+                limits[names.compute] = "100"
+        else:
+            percent = str(max(1, task.gpu_milli // 10))
+            if names.memory_percent:
+                limits[names.memory_percent] = percent
+            if names.compute:
+                limits[names.compute] = percent
+    requests = {}
+    if task.cpu_milli:
+        requests["cpu"] = f"{task.cpu_milli}m"
+    if task.memory_mib:
+        requests["memory"] = f"{task.memory_mib}Mi"
+    annotations = {USE_MODEL: ",".join(task.gpu_spec)} if task.gpu_spec and task.num_gpu else {}
+    return PodView(
+        ref=PodRef(namespace=namespace, name=task.name),
+        annotations=annotations,
+        containers=(ContainerView(name="main", limits=limits, requests=requests),),
+    )
+
+
+def capacity_gpus(nodes: Sequence[NodeSpec]) -> int:
+    return sum(n.gpus for n in nodes)
