@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from xpushare.cli import detect_cmd, node_cmd, plugins_cmd, scheduler_cmd
+from xpushare.cli import detect_cmd, fit_cmd, node_cmd, plugins_cmd, scheduler_cmd, simulate_cmd
 from xpushare.errors import XpushareError
 
 
@@ -54,3 +54,5 @@ main.add_command(plugins_cmd.command)
 main.add_command(detect_cmd.command)
 main.add_command(node_cmd.command)
 main.add_command(scheduler_cmd.command)
+main.add_command(fit_cmd.command)
+main.add_command(simulate_cmd.command)

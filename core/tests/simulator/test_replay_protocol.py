@@ -1,0 +1,69 @@
+"""The FGD paper's protocol on tiny traces: inflation, arrival until the target, metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from xpushare.plugins import HostSettings, PluginHost
+from xpushare.plugins.builtin import CORE_PLUGINS
+from xpushare.plugins.builtin import mock as mock_plugin
+from xpushare.simulator import NodeSpec, Simulation, TaskSpec, arrivals
+
+
+@pytest.fixture(scope="module")
+def host() -> PluginHost:
+    h = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    h.register("mock", mock_plugin)
+    return h
+
+
+TASKS = [
+    TaskSpec("whole", 4000, 1000, 1, 1000),
+    TaskSpec("half", 2000, 1000, 1, 500),
+    TaskSpec("quarter", 1000, 1000, 1, 250),
+    TaskSpec("cpu", 1000, 1000),
+]
+
+
+def test_arrivals_are_shuffled_then_inflated_up_to_the_ratio() -> None:
+    order = arrivals(TASKS, capacity_gpus=4, seed=7, inflation=1.3)
+    assert sorted(t.name for t in order[:4]) == sorted(t.name for t in TASKS)
+    demand = sum(t.gpus for t in order)
+    assert 5.2 - 1 < demand <= 5.2  # the next draw would have gone past 1.3 x 4 GPUs
+    assert all("-x" in t.name for t in order[4:])
+    assert order == arrivals(TASKS, capacity_gpus=4, seed=7, inflation=1.3)
+    assert order != arrivals(TASKS, capacity_gpus=4, seed=8, inflation=1.3)
+
+
+def test_a_trace_above_the_target_is_trimmed() -> None:
+    big = [TaskSpec(f"t{i}", 0, 0, 1, 1000) for i in range(10)]
+    assert sum(t.gpus for t in arrivals(big, capacity_gpus=4, seed=1, inflation=1.3)) <= 5.2
+
+
+def test_replay_is_deterministic_and_reports_the_metrics(host: PluginHost) -> None:
+    nodes = [NodeSpec(f"n{i}", 16000, 65536, 2, "T4") for i in range(2)]
+    sim = Simulation(nodes, TASKS, host=host)
+    first = sim.run("fgd", seed=3)
+    again = sim.run("fgd", seed=3)
+    assert first.to_json() | {"seconds": 0} == again.to_json() | {"seconds": 0}
+    assert first.capacity_gpus == 4
+    assert first.arrived_gpus <= 4 + 1e-9
+    assert first.allocated_gpus <= first.arrived_gpus
+    assert first.allocation_ratio == pytest.approx(100 * first.allocated_gpus / 4)
+    assert first.curve[-1] == (first.arrived_ratio, first.allocation_ratio)
+    assert first.free_gpus == pytest.approx(4 - first.allocated_gpus)
+    assert 0 <= first.fragmentation_gpus <= first.free_gpus + 1e-9
+
+
+def test_failures_are_counted_by_their_reason(host: PluginHost) -> None:
+    # One T4 node with 1 CPU: every task that asks more CPU fails for it.
+    nodes = [NodeSpec("n", 1000, 65536, 2, "T4")]
+    tasks = [TaskSpec("big", 4000, 10, 1, 500), TaskSpec("spec", 100, 10, 1, 500, ("A100",))]
+    result = Simulation(nodes, tasks, host=host, inflation=1.0, target=1.0).run("best-fit", seed=1)
+    assert result.tasks_placed == 0 and result.tasks_arrived >= 2
+    assert set(result.failures) == {
+        "not enough free CPU on the node",
+        "device model not allowed by the request",
+    }
+    assert sum(result.failures.values()) == result.tasks_arrived
+    assert result.failed_gpus == pytest.approx(result.arrived_gpus)
