@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -24,12 +22,12 @@ from fake_nvml import FakeNvml, uuid
 from nvidia_kit import NODE, base_config
 
 from xpushare.models import ContainerAssignment, ContainerRequest, NodeView, PodAssignment
-from xpushare.node import NodeAgent, NodeConfig
-from xpushare.node.tasks import TaskFailed
+from xpushare.node import NodeAgent
 from xpushare.plugins import HostSettings, PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.kube import InMemoryKube
 from xpushare.testing.kubelet import ContainerSpec, FakeKubelet
+from xpushare.testing.nodeagent import run_node_agent, short_socket_dir
 from xpushare_nvidia import plugin
 
 RESOURCE = "nvidia.com/gpu"
@@ -39,10 +37,8 @@ SAFETY_S = 10.0
 
 @pytest.fixture
 def plugin_dir() -> Iterator[Path]:
-    # Not tmp_path: a unix socket path has at most 107 bytes and pytest's are long.
-    path = Path(tempfile.mkdtemp(prefix="xpnv", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with short_socket_dir("xpnv") as path:
+        yield path
 
 
 @contextlib.asynccontextmanager
@@ -57,38 +53,8 @@ async def agent(
     )
     host.register("nvidia", plugin)
     kube = InMemoryKube(NODE)
-    kubelet = FakeKubelet(plugin_dir, dial_timeout_s=2.0)
-    await kubelet.start()
-    config = NodeConfig(
-        node_name=NODE,
-        device_plugin_dir=plugin_dir,
-        metrics_host="127.0.0.1",
-        metrics_port=0,
-        detect_interval_s=30.0,
-        monitor_interval_s=0.02,
-        health_interval_s=0.02,
-        health_wait_s=0.01,
-        reconcile_interval_s=30.0,
-        socket_poll_s=0.01,
-        register_retry_s=0.01,
-        register_timeout_s=2.0,
-        allocate_deadline_s=2.0,
-        partition_lock_path=None,
-    )
-    node_agent = NodeAgent(config, host, kube)
-    task = asyncio.create_task(node_agent.run())
-    try:
-        await kubelet.wait_until(
-            lambda: kubelet.registered(RESOURCE) and kubelet.updates(RESOURCE) > 0,
-            what=f"{RESOURCE} registered and listed",
-        )
-        yield node_agent, kubelet, kube, host
-    finally:
-        await node_agent.stop()
-        with contextlib.suppress(TaskFailed):
-            await task
-        await kubelet.stop()
-        host.close()
+    async with run_node_agent(host, kube, plugin_dir, wait_for=RESOURCE) as running:
+        yield running.agent, running.kubelet, kube, host
 
 
 def healthy_slots(kubelet: FakeKubelet, gpu: str) -> tuple[int, int]:
