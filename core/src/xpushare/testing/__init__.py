@@ -1,6 +1,34 @@
 """Helpers for testing xpushare and vendor plugins without hardware.
 
 Why a public package: vendor plugin authors test against the same fakes the core uses (fake
-vendor libraries compiled from C, ...), so these helpers are part of the plugin API. Import
-the modules you need, e.g. ``from xpushare.testing.clib import compile_shared_library``.
+vendor libraries compiled from C, a fake kubelet, a fake API server, the whole pod flow, a
+wheel installed in a fresh environment), so these helpers are part of the plugin API. Import
+the modules you need, e.g. ``from xpushare.testing.clib import compile_shared_library``; the
+harnesses are also importable from here (``from xpushare.testing import PodFlow``), loaded
+only when first used, so importing one small helper does not start the scheduler's imports.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xpushare.testing.nodeagent import RunningAgent, run_node_agent, short_socket_dir
+    from xpushare.testing.podflow import PodFlow
+
+__all__ = ["PodFlow", "RunningAgent", "run_node_agent", "short_socket_dir"]
+
+_HOMES = {
+    "PodFlow": "xpushare.testing.podflow",
+    "RunningAgent": "xpushare.testing.nodeagent",
+    "run_node_agent": "xpushare.testing.nodeagent",
+    "short_socket_dir": "xpushare.testing.nodeagent",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'xpushare.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
