@@ -9,59 +9,29 @@ mock, and on this machine, which has no Ascend driver, it is inactive with the p
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from xpushare.testing.wheels import FreshEnv, WheelCache, clean_environ, install_in_fresh_venv
+
+pytest_plugins = ["xpushare.testing.fixtures"]
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _run(*args: str | Path, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
-    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    uv = shutil.which("uv")
-    if uv is None:
-        pytest.fail("uv is not on PATH; the workspace is built with uv (see README)")
+def venv(wheel_cache: WheelCache, tmp_path_factory: pytest.TempPathFactory) -> FreshEnv:
     root = tmp_path_factory.mktemp("ascend-wheel")
-    wheels = root / "wheels"
-    for project in ("core", "plugins/ascend"):
-        _run(uv, "build", "--wheel", "--quiet", "--out-dir", wheels, ROOT / project)
-    env_dir = root / "venv"
-    _run(uv, "venv", "--quiet", "--python", sys.executable, env_dir)
-    _run(
-        uv,
-        "pip",
-        "install",
-        "--quiet",
-        "--python",
-        env_dir / "bin" / "python",
-        *sorted(wheels.glob("*.whl")),
-    )
-    return env_dir
+    return install_in_fresh_venv(root, ROOT / "core", ROOT / "plugins/ascend", wheels=wheel_cache)
 
 
-def _cli(venv: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XPUSHARE_", "FAKE_"))}
-    env.pop("VIRTUAL_ENV", None)
-    env["CANN_HOME"] = "/nonexistent/Ascend"
-    return _run(venv / "bin" / "python", "-m", "xpushare.cli", *args, env=env)
+def _cli(venv: FreshEnv, *args: str) -> str:
+    return venv.run_cli(*args, env=clean_environ(CANN_HOME="/nonexistent/Ascend"))
 
 
-def test_the_wheel_installs_alone_and_loads_the_ascend_vendor(venv: Path) -> None:
-    uv = shutil.which("uv") or "uv"
-    listed = _run(uv, "pip", "list", "--python", venv / "bin" / "python", "--format", "json")
-    names = {p["name"] for p in json.loads(listed)}
+def test_the_wheel_installs_alone_and_loads_the_ascend_vendor(venv: FreshEnv) -> None:
+    names = venv.distributions()
     # A working vendor and nothing else: no other vendor distribution came along.
     assert {n for n in names if n.startswith("xpushare")} == {"xpushare", "xpushare-ascend"}
     records = {r["name"]: r for r in json.loads(_cli(venv, "plugins", "--json"))}
@@ -74,7 +44,7 @@ def test_the_wheel_installs_alone_and_loads_the_ascend_vendor(venv: Path) -> Non
     assert ascend["resources"][0] == "huawei.com/Ascend910B3"
 
 
-def test_detect_without_the_library_says_why_the_vendor_is_inactive(venv: Path) -> None:
+def test_detect_without_the_library_says_why_the_vendor_is_inactive(venv: FreshEnv) -> None:
     payload = json.loads(_cli(venv, "detect", "--json"))
     states = {v["vendor"]: v for v in payload["vendors"]}
     ascend = states["ascend"]

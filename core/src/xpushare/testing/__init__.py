@@ -16,14 +16,28 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from xpushare.testing.nodeagent import RunningAgent, run_node_agent, short_socket_dir
     from xpushare.testing.podflow import PodFlow
+    from xpushare.testing.wheels import FreshEnv, WheelCache, clean_environ, install_in_fresh_venv
 
-__all__ = ["PodFlow", "RunningAgent", "run_node_agent", "short_socket_dir"]
+__all__ = [
+    "FreshEnv",
+    "PodFlow",
+    "RunningAgent",
+    "WheelCache",
+    "clean_environ",
+    "install_in_fresh_venv",
+    "run_node_agent",
+    "short_socket_dir",
+]
 
 _HOMES = {
     "PodFlow": "xpushare.testing.podflow",
     "RunningAgent": "xpushare.testing.nodeagent",
     "run_node_agent": "xpushare.testing.nodeagent",
     "short_socket_dir": "xpushare.testing.nodeagent",
+    "FreshEnv": "xpushare.testing.wheels",
+    "WheelCache": "xpushare.testing.wheels",
+    "clean_environ": "xpushare.testing.wheels",
+    "install_in_fresh_venv": "xpushare.testing.wheels",
 }
 
 
