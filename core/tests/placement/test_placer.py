@@ -277,3 +277,21 @@ def test_explain_shows_devices_and_reasons_per_container() -> None:
     assert container.reasons == {FitReason.INSUFFICIENT_MEMORY: 1}
     miss = Placer(ledger, "binpack").explain(whole(3), "n")
     assert not miss.fits and "exclusive" in miss.reason
+
+
+def test_fgd_cpu_settles_fgd_ties_by_the_gpus_the_cpu_left_would_strand() -> None:
+    # Both nodes have 3 free GPUs; tasks are whole GPUs with 10 cores. A 20-core task on node
+    # "a" (35 cores) leaves 2 GPUs but CPU for one more task; on "b" (100 cores) it strands
+    # nothing. FGD sees no difference (one more task still fits on either) and takes the first.
+    ledger = UsageLedger()
+    ledger.set_node("a", gpus("a", 3), cpu_milli=35000)
+    ledger.set_node("b", gpus("b", 3), cpu_milli=100000)
+    from xpushare.scheduling import Workload
+
+    workload = Workload.from_requests([whole(1, cpu=10000)])
+    picks = {}
+    for name in ("fgd", "fgd-cpu"):
+        placer = Placer(ledger, name)
+        placer.policy.set_workload(workload)
+        picks[name] = placer.select(whole(1, cpu=20000))
+    assert picks == {"fgd": "a", "fgd-cpu": "b"}

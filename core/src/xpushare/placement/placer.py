@@ -35,6 +35,7 @@ from xpushare.models import (
 from xpushare.placement.config import PlacementConfig
 from xpushare.placement.requests import pod_request
 from xpushare.scheduling import (
+    Demand,
     PodFit,
     PodRequest,
     Policy,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
     from xpushare.models import PodView
     from xpushare.plugins import PluginHost, VendorHandle
-    from xpushare.scheduling import Demand
     from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 #: because hashing a request's nested key tuple on every node lookup costs more than the
 #: rest of a cached lookup.
 _memo_ids = itertools.count(1)
+
+#: Bound of the answers kept per (device-table state, request shape); past it they are
+#: dropped and recomputed (a few hundred KiB).
+_MAX_STATE_ANSWERS = 100_000
 
 #: A node's score key: compared element by element, higher is better.
 Score = tuple[float, ...]
@@ -150,6 +154,7 @@ class Placer:
             policy = registry.create(policy, self.config.policy_options)
         self.policy: Policy = policy
         self._keys: dict[tuple[Any, ...], int] = {}
+        self._by_state: dict[tuple[int, int], PodFit] = {}
         self._last_request: PodRequest | None = None
         self._last_key = 0
         self._rng = random.Random(self.config.seed)
@@ -161,6 +166,7 @@ class Placer:
                     self._custom[name] = handle
                 if self.config.vendor_score_weight > 0 and handle.implements("xpushare_score"):
                     self._scorers[name] = handle
+        self._tiebreaks = type(self.policy).tiebreak is not Policy.tiebreak
         mode = self.config.device_policy
         if mode is None:
             self._order = self.policy.device_order
@@ -211,8 +217,11 @@ class Placer:
         return key
 
     def _verdict(self, node: NodeState, request: PodRequest, key: int) -> tuple[bool, Any, Any]:
-        memo = node.memo
-        fit = self._fit(node, request)
+        demands = request.demands
+        if len(demands) == 1 and not demands[0].init and self._shareable(request):
+            fit = self._fit_single(node, request, demands[0], key)
+        else:
+            fit = fit_pod(node, request, custom=self._fitters(request))
         if fit.fits:
             result: tuple[bool, Any, Any] = (
                 True,
@@ -222,8 +231,37 @@ class Placer:
         else:
             # The message is built when someone reads it (filter), not for every node.
             result = (False, fit, fit.primary())
-        memo[key] = result
+        node.memo[key] = result
         return result
+
+    def _shareable(self, request: PodRequest) -> bool:
+        """Whether a verdict may be shared by nodes whose device tables look the same.
+
+        Not when a vendor's own fit decides (it may look at anything) or when the request
+        names device UUIDs (the table signature leaves them out).
+        """
+        d = request.demands[0]
+        return not d.include_uuids and not d.exclude_uuids and d.vendor not in self._custom
+
+    def _fit_single(self, node: NodeState, request: PodRequest, demand: Demand, key: int) -> PodFit:
+        """Feasibility of a one-container pod, shared between nodes in the same device state.
+
+        Where the pod goes on the node does not matter here (the winner's devices are chosen
+        by :meth:`decide`), so nodes whose tables have the same signature get one answer.
+        """
+        reason = host_reject(node, request)
+        if reason is not None:
+            return PodFit(False, reasons={reason: 1})
+        table = node.tables.get(demand.vendor)
+        if table is None or not table.devices:
+            return PodFit(False, reasons={FitReason.NO_DEVICES: 1}, failed=demand)
+        skey = (table.state_id(), key)
+        fit = self._by_state.get(skey)
+        if fit is None:
+            if len(self._by_state) >= _MAX_STATE_ANSWERS:
+                self._by_state.clear()
+            fit = self._by_state[skey] = fit_pod(node, request)
+        return fit
 
     def _nodes(self, names: Iterable[str] | None) -> Iterable[tuple[str, NodeState | None]]:
         nodes = self.ledger.nodes
@@ -264,8 +302,33 @@ class Placer:
             if ok:
                 out[name] = value
         if self._scorers and out:
-            out = {n: (v,) for n, v in self._blend(request, out).items()}
-        return out
+            return {n: (v,) for n, v in self._blend(request, out).items()}
+        return self._break_ties(request, out)
+
+    def _break_ties(self, request: PodRequest, scored: dict[str, Score]) -> dict[str, Score]:
+        """The keys of the nodes tied at the top, extended with the policy's tie-break.
+
+        The policy's second criteria are computed only where they decide, which spares
+        their cost on every node that already lost on the first.
+        """
+        if not self._tiebreaks or len(scored) < 2:
+            return scored
+        best = max(scored.values())
+        top = [n for n, k in scored.items() if k == best]
+        if len(top) < 2:
+            return scored
+        for name in top:
+            state = self.ledger.node(name)
+            if state is not None:
+                scored[name] = best + self._tiebreak(state, request)
+        return scored
+
+    def _tiebreak(self, state: NodeState, request: PodRequest) -> Score:
+        key = (self._memo_key(request), 1)
+        found: Score | None = state.memo.get(key)
+        if found is None:
+            found = state.memo[key] = score_key(self.policy.tiebreak(state, request))
+        return found
 
     def prioritize(
         self, request: PodRequest, nodes: Iterable[str] | None = None
@@ -301,10 +364,8 @@ class Placer:
         # name lookups, the memo read inline.
         key = self._memo_key(request)
         compute = self._verdict
-        best: NodeState | None = None
+        top: list[NodeState] = []
         best_score: Score = _LOWEST
-        ties = 0
-        rng = self._rng if self.config.tie_break == "random" else None
         for state in self.ledger.nodes.values():
             v = state.memo.get(key)
             if v is None:
@@ -312,28 +373,31 @@ class Placer:
             if not v[0]:
                 continue
             score = v[1]
-            if best is None or score > best_score:
-                best, best_score, ties = state, score, 1
-            elif rng is not None and score == best_score:
-                ties += 1
-                if rng.randrange(ties) == 0:
-                    best = state
-        return best.name if best is not None else None
+            if not top or score > best_score:
+                top = [state]
+                best_score = score
+            elif score == best_score:
+                top.append(state)
+        if not top:
+            return None
+        if len(top) > 1 and self._tiebreaks:
+            keys = [self._tiebreak(state, request) for state in top]
+            best_key = max(keys)
+            top = [state for state, k in zip(top, keys, strict=True) if k == best_key]
+        if len(top) > 1 and self.config.tie_break == "random":
+            return self._rng.choice(top).name
+        return top[0].name
 
     def _pick_best(self, scored: Iterable[tuple[str, Score]]) -> str | None:
         """The highest key; among equal keys the first, or one at random (seeded)."""
-        best: str | None = None
-        best_score: Score = _LOWEST
-        ties = 0
-        rand = self.config.tie_break == "random"
-        for name, score in scored:
-            if best is None or score > best_score:
-                best, best_score, ties = name, score, 1
-            elif rand and score == best_score:
-                ties += 1
-                if self._rng.randrange(ties) == 0:
-                    best = name
-        return best
+        items = list(scored)
+        if not items:
+            return None
+        best = max(k for _, k in items)
+        top = [name for name, k in items if k == best]
+        if len(top) > 1 and self.config.tie_break == "random":
+            return self._rng.choice(top)
+        return top[0]
 
     def failure_tally(
         self, request: PodRequest, nodes: Iterable[str] | None = None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from xpushare.scheduling.fit import Pick, PodFit, check_device, fit_demand, fit_pod
 from xpushare.scheduling.policy import Policy
@@ -43,6 +43,7 @@ from xpushare.scheduling.state import (
     NodeState,
     cached_signature,
     device_signature,
+    intern_signature,
 )
 
 if TYPE_CHECKING:
@@ -50,7 +51,28 @@ if TYPE_CHECKING:
 
     from xpushare.scheduling.request import Demand, PodRequest
 
-_memo_ids = itertools.count(-1, -1)  # negative: never equal to the placement engine's keys
+_memo_ids = itertools.count(-1, -1)
+#: Bound of the growths kept per (device-table state, request shape).
+_MAX_STATE_ANSWERS = 100_000  # negative: never equal to the placement engine's keys
+
+#: A device table's state (see :meth:`DeviceTable.state_signature`).
+Signature = tuple[tuple[Any, ...], ...]
+#: A state with its interned id (:func:`~xpushare.scheduling.state.intern_signature`).
+State = tuple[int, Signature]
+
+
+class Best(NamedTuple):
+    """The best placement of a pod on one node under a fragmentation measure."""
+
+    #: Growth of the node's fragmentation, in units; ``inf`` when the pod does not fit.
+    growth: float
+    #: The devices chosen (one-demand pods), else ``None``.
+    picks: list[Pick] | None
+    #: The states of the changed device tables after the placement, by vendor.
+    after: dict[str, State]
+
+
+_NO_FIT = Best(float("inf"), None, {})
 
 #: Share of the tasks the representative shapes must cover: the FGD simulator's
 #: ``podPopularityThreshold`` of the paper's runs (95 %), taken in order of popularity.
@@ -188,32 +210,61 @@ class _Vector:
 
 
 class FragmentationMeter:
-    """Measures fragmentation for one workload, memoised per device-table state."""
+    """Measures fragmentation for one workload, memoised per device-table state.
+
+    Table states are passed as :data:`State`: (interned id, signature); caches are keyed
+    by the id, since hashing a signature costs more than the lookup it serves.
+    """
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
-        self._vectors: dict[tuple[str, tuple[Any, ...]], _Vector] = {}
+        self._vectors: dict[tuple[str, int], _Vector] = {}
+        self._masks: dict[tuple[str, tuple[Any, ...]], int] = {}
 
-    def vector(self, vendor: str, sig: tuple[tuple[Any, ...], ...]) -> _Vector:
-        key = (vendor, sig)
+    def host_mask(self, vendor: str, device: tuple[Any, ...]) -> int:
+        """Bit i set when a device in state *device* could hold one part of shape i."""
+        key = (vendor, device)
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = 0
+            for i, shape in enumerate(self.workload.shapes):
+                demand = shape.demand
+                if demand is not None and shape.vendor == vendor and sig_can_host(device, demand):
+                    mask |= 1 << i
+            self._masks[key] = mask
+        return mask
+
+    def groups(self, vendor: str, sig: Signature) -> list[tuple[int, int, int]]:
+        """(shape mask, devices, free units of each) per distinct device state of *sig*."""
+        out: list[tuple[int, int, int]] = []
+        for device, same in itertools.groupby(sig):
+            out.append((self.host_mask(vendor, device), len(list(same)), device[SIG_UNITS]))
+        return out
+
+    def vector(self, vendor: str, state: State) -> _Vector:
+        key = (vendor, state[0])
         vec = self._vectors.get(key)
         if vec is not None:
             return vec
-        total = sum(s[SIG_UNITS] for s in sig)
+        groups = self.groups(vendor, state[1])
+        total = sum(n * units for _, n, units in groups)
         ok_sum = 0.0
         fixes: list[tuple[int, int, float]] = []
-        for shape, w in zip(self.workload.shapes, self.workload.weights, strict=True):
+        for i, (shape, w) in enumerate(
+            zip(self.workload.shapes, self.workload.weights, strict=True)
+        ):
             demand = shape.demand
             if demand is None or shape.vendor != vendor:
                 ok_sum += w * total
                 continue
             usable = 0
             stuck = 0
-            for s in sig:
-                if sig_can_host(s, demand):
-                    usable += 1
+            bit = 1 << i
+            for mask, n, units in groups:
+                if mask & bit:
+                    usable += n
                 else:
-                    stuck += s[SIG_UNITS]
+                    stuck += n * units
             if usable < demand.count:
                 ok_sum += w * total
                 continue
@@ -221,17 +272,15 @@ class FragmentationMeter:
             if (shape.cpu_milli or shape.memory_mib) and total > stuck:
                 fixes.append((shape.cpu_milli, shape.memory_mib, w * (total - stuck)))
         vec = _Vector(ok_sum, total, fixes)
+        if len(self._vectors) >= _MAX_STATE_ANSWERS:
+            self._vectors.clear()
         self._vectors[key] = vec
         return vec
 
     def table_frag(
-        self,
-        vendor: str,
-        sig: tuple[tuple[Any, ...], ...],
-        cpu_free: int | None,
-        memory_free: int | None,
+        self, vendor: str, state: State, cpu_free: int | None, memory_free: int | None
     ) -> float:
-        vec = self.vector(vendor, sig)
+        vec = self.vector(vendor, state)
         frag = vec.ok_sum
         if vec.fixes and (
             (cpu_free is not None and cpu_free < self.workload.max_cpu)
@@ -248,7 +297,23 @@ class FragmentationMeter:
         """Fragmentation of *node* now, in units (thousandths of a device)."""
         cpu, mem = node.cpu_free, node.memory_free
         return sum(
-            self.table_frag(vendor, table.state_signature(), cpu, mem)
+            self.table_frag(vendor, table_state(table), cpu, mem)
+            for vendor, table in node.tables.items()
+        )
+
+    def frag_after_sigs(
+        self,
+        node: NodeState,
+        after: Mapping[str, State],
+        cpu_milli: int,
+        memory_mib: int,
+    ) -> float:
+        """Fragmentation of *node* with its tables in the states *after* (by vendor; the
+        others as they are) and *cpu_milli*, *memory_mib* more taken."""
+        cpu = None if node.cpu_free is None else node.cpu_free - cpu_milli
+        mem = None if node.memory_free is None else node.memory_free - memory_mib
+        return sum(
+            self.table_frag(vendor, after.get(vendor) or table_state(table), cpu, mem)
             for vendor, table in node.tables.items()
         )
 
@@ -260,17 +325,16 @@ class FragmentationMeter:
         memory_mib: int,
     ) -> float:
         """Fragmentation of *node* if *picks* were booked and the host resources taken."""
-        cpu = None if node.cpu_free is None else node.cpu_free - cpu_milli
-        mem = None if node.memory_free is None else node.memory_free - memory_mib
-        changed = {id(t): sig_after(t, p) for t, p in picks}
-        return sum(
-            self.table_frag(vendor, changed.get(id(table)) or table.state_signature(), cpu, mem)
-            for vendor, table in node.tables.items()
-        )
+        after = {t.vendor: sig_after(t, p) for t, p in picks}
+        return self.frag_after_sigs(node, after, cpu_milli, memory_mib)
 
 
-def sig_after(table: DeviceTable, picks: Sequence[Pick]) -> tuple[tuple[Any, ...], ...]:
-    """The signature *table* would have with *picks* booked (the table is left as it was)."""
+def table_state(table: DeviceTable) -> State:
+    return (table.state_id(), table.state_signature())
+
+
+def sig_after(table: DeviceTable, picks: Sequence[Pick]) -> State:
+    """The state *table* would be in with *picks* booked (the table is left as it was)."""
     touched: dict[int, DeviceState] = {}
     for d, memory, compute, exclusive, _ in picks:
         d.used_slots += 1
@@ -286,7 +350,8 @@ def sig_after(table: DeviceTable, picks: Sequence[Pick]) -> tuple[tuple[Any, ...
             d.used_memory -= memory
             d.used_compute -= compute
             d.exclusive -= 1 if exclusive else 0
-    return tuple(sorted(new.get(id(d)) or cached_signature(d) for d in table.devices))
+    sig = tuple(sorted(new.get(id(d)) or cached_signature(d) for d in table.devices))
+    return (intern_signature(sig), sig)
 
 
 class FragmentationPolicy(Policy):
@@ -318,6 +383,7 @@ class FragmentationPolicy(Policy):
         # (ints, because hashing a request's nested key on every lookup is slow).
         self._frag_key = next(_memo_ids)
         self._keys: dict[tuple[Any, ...], int] = {}
+        self._by_state: dict[tuple[int, int], tuple[float, dict[str, State]]] = {}
 
     def set_workload(self, workload: Workload) -> None:
         self._learn = False
@@ -341,70 +407,104 @@ class FragmentationPolicy(Policy):
             frag = node.memo[key] = self.meter.node_frag(node)
         return float(frag)
 
-    def best(self, node: NodeState, request: PodRequest) -> tuple[float, list[Pick] | None]:
-        """(growth of fragmentation, the picks) of the best placement of *request* on *node*.
+    def best(self, node: NodeState, request: PodRequest, *, picks: bool = False) -> Best:
+        """The best placement of *request* on *node*: growth, picks, signatures after.
 
-        The picks are those of a single-demand pod (the common case, chosen device by
-        device); for other pods the growth is that of the engine's default picks and the
-        picks are ``None``.
+        ``picks`` are those of a single-demand pod (the common case, chosen device by
+        device); they are ``None`` for other pods, and when the answer came from another node
+        in the same state unless *picks* is asked.
         """
         key = self._keys.get(request.key)
         if key is None:
             key = self._keys[request.key] = next(_memo_ids)
-        hit = node.memo.get(key)
-        if hit is not None:
-            return hit  # type: ignore[no-any-return]
+        hit: Best | None = node.memo.get(key)
+        if hit is not None and (not picks or hit.picks is not None or len(request.demands) != 1):
+            return hit
+        skey = None if picks else self._state_key(node, request, key)
+        if skey is not None:
+            shared = self._by_state.get(skey)
+            if shared is not None:
+                result = Best(shared[0], None, shared[1])
+                node.memo[key] = result
+                return result
         result = self._best(node, request)
         node.memo[key] = result
+        if skey is not None:
+            if len(self._by_state) >= _MAX_STATE_ANSWERS:
+                self._by_state.clear()
+            self._by_state[skey] = (result.growth, result.after)
         return result
 
-    def _best(self, node: NodeState, request: PodRequest) -> tuple[float, list[Pick] | None]:
+    def _state_key(self, node: NodeState, request: PodRequest, key: int) -> tuple[int, int] | None:
+        """A key under which nodes in the same device state share the answer, or ``None``.
+
+        Shared only for one-demand pods on nodes with CPU and memory to spare for every
+        shape after the pod (then the host resources change no term of the measure).
+        """
+        demands = request.demands
+        if len(demands) != 1 or demands[0].init or demands[0].include_uuids:
+            return None
+        table = node.tables.get(demands[0].vendor)
+        if table is None:
+            return None
+        cpu, mem = node.cpu_free, node.memory_free
+        if cpu is not None and cpu - request.cpu_milli < self.workload.max_cpu:
+            return None
+        if mem is not None and mem - request.memory_mib < self.workload.max_memory:
+            return None
+        return (table.state_id(), key)
+
+    def _best(self, node: NodeState, request: PodRequest) -> Best:
         before = self.node_frag(node)
         cpu, mem = request.cpu_milli, request.memory_mib
+        meter = self.meter
         demands = request.demands
         if len(demands) == 1 and not demands[0].init:
             demand = demands[0]
             table = node.tables[demand.vendor]
+            vendor = demand.vendor
             candidates: dict[tuple[Any, ...], Pick] = {}
             for d in table.devices:
                 result = check_device(d, demand, None)
                 if type(result) is tuple:
                     candidates.setdefault(cached_signature(d), result)
             if demand.count == 1:
-                best: tuple[float, list[Pick] | None] = (float("inf"), None)
+                best = _NO_FIT
                 for pick in candidates.values():
-                    delta = self.meter.frag_after(node, [(table, [pick])], cpu, mem) - before
-                    if delta < best[0]:
-                        best = (delta, [pick])
+                    sig = sig_after(table, [pick])
+                    delta = meter.frag_after_sigs(node, {vendor: sig}, cpu, mem) - before
+                    if delta < best.growth:
+                        best = Best(delta, [pick], {vendor: sig})
                 return best
             ranked = sorted(
                 candidates.values(),
-                key=lambda p: self.meter.frag_after(node, [(table, [p])], cpu, mem),
+                key=lambda p: meter.frag_after_sigs(
+                    node, {vendor: sig_after(table, [p])}, cpu, mem
+                ),
             )
             preferred = [p[0] for p in ranked]
             order = preferred + [d for d in table.devices if d not in preferred]
             picks, _ = fit_demand(table, demand, order)
             if picks is None:
-                return (float("inf"), None)
-            return (self.meter.frag_after(node, [(table, picks)], cpu, mem) - before, picks)
+                return _NO_FIT
+            after = {vendor: sig_after(table, picks)}
+            return Best(meter.frag_after_sigs(node, after, cpu, mem) - before, picks, after)
         fit = fit_pod(node, request)
         if not fit.fits:
-            return (float("inf"), None)
-        by_table: dict[str, list[Pick]] = {}
+            return _NO_FIT
+        by_vendor: dict[str, list[Pick]] = {}
         for demand, picks in fit.picks:
-            by_table.setdefault(demand.vendor, []).extend(picks)
-        after = self.meter.frag_after(
-            node, [(node.tables[v], p) for v, p in by_table.items()], cpu, mem
-        )
-        return (after - before, None)
+            by_vendor.setdefault(demand.vendor, []).extend(picks)
+        after = {v: sig_after(node.tables[v], p) for v, p in by_vendor.items()}
+        return Best(meter.frag_after_sigs(node, after, cpu, mem) - before, None, after)
 
     # -- policy ------------------------------------------------------------------------------
 
-    def score(self, node: NodeState, request: PodRequest) -> float:
-        return -self.best(node, request)[0]
+    def score(self, node: NodeState, request: PodRequest) -> float | tuple[float, ...]:
+        return -self.best(node, request).growth
 
     def place(self, node: NodeState, request: PodRequest) -> PodFit | None:
-        _, picks = self.best(node, request)
+        picks = self.best(node, request, picks=True).picks
         if picks is None:
             return None
         return PodFit(True, picks=[(request.demands[0], picks)])

@@ -34,8 +34,17 @@ class Policy:
         """How much *request* should go to *node* (it fits there); higher is better.
 
         A tuple ranks lexicographically: later elements only break ties of earlier ones.
+        Criteria that only break ties are better returned by :meth:`tiebreak`, which the
+        engine calls only for the nodes tied at the top.
         """
         raise NotImplementedError
+
+    def tiebreak(self, node: NodeState, request: PodRequest) -> tuple[float, ...]:
+        """Further criteria (higher is better) among nodes with the best :meth:`score`.
+
+        Called only for nodes tied at the top; the default has none.
+        """
+        return ()
 
     def device_order(
         self, node: NodeState, table: DeviceTable, demand: Demand

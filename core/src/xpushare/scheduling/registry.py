@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xpushare.scheduling.fragmentation import FragmentationPolicy
+from xpushare.scheduling.hostaware import FgdCpuPolicy
 from xpushare.scheduling.policies import BestFitPolicy, BinpackPolicy, SpreadPolicy
 
 if TYPE_CHECKING:
     from xpushare.scheduling.policy import PolicyFactory
 
 #: The policy used when the configuration names none.
-DEFAULT_POLICY = "fgd"
+DEFAULT_POLICY = "fgd-cpu"
 
 
 def builtin_policies() -> list[tuple[str, PolicyFactory]]:
@@ -25,4 +26,5 @@ def builtin_policies() -> list[tuple[str, PolicyFactory]]:
         ("spread", SpreadPolicy),
         ("best-fit", BestFitPolicy),
         ("fgd", FragmentationPolicy),
+        ("fgd-cpu", FgdCpuPolicy),
     ]

@@ -10,6 +10,7 @@ summaries so most nodes are accepted or rejected without looking at their device
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,6 +127,7 @@ class DeviceTable:
         "n_held",
         "n_usable",
         "n_whole_free",
+        "sig_id",
         "signature",
         "slots_total",
         "slots_used",
@@ -158,6 +160,7 @@ class DeviceTable:
         self.units_free = 0
         self.units_total = 0
         self.signature: tuple[Any, ...] | None = None
+        self.sig_id: int | None = None
         self.refresh()
 
     def refresh(self) -> None:
@@ -207,6 +210,7 @@ class DeviceTable:
         self.units_free = units_free
         self.units_total = units_total
         self.signature = None
+        self.sig_id = None
 
     def usage_share(self) -> float:
         """How full the table is in [0, 1]: mean of the slot, compute and memory shares.
@@ -233,6 +237,30 @@ class DeviceTable:
             sig = tuple(sorted(cached_signature(d) for d in self.devices))
             self.signature = sig
         return sig
+
+    def state_id(self) -> int:
+        """A small int standing for :meth:`state_signature`: cheap to hash in cache keys."""
+        sig_id = self.sig_id
+        if sig_id is None:
+            sig_id = self.sig_id = intern_signature(self.state_signature())
+        return sig_id
+
+
+#: Signatures seen so far, each with an id that is never reused (the table is emptied when
+#: it grows past a bound; a signature seen again then gets a new id and caches keyed by the
+#: old one simply miss).
+_SIG_IDS: dict[tuple[Any, ...], int] = {}
+_next_sig_id = itertools.count(1)
+MAX_INTERNED_SIGNATURES = 200_000
+
+
+def intern_signature(sig: tuple[Any, ...]) -> int:
+    sig_id = _SIG_IDS.get(sig)
+    if sig_id is None:
+        if len(_SIG_IDS) >= MAX_INTERNED_SIGNATURES:
+            _SIG_IDS.clear()
+        sig_id = _SIG_IDS[sig] = next(_next_sig_id)
+    return sig_id
 
 
 #: Positions in a device signature (see :func:`device_signature`).

@@ -1,0 +1,136 @@
+"""Decision time of the placement engine: filter + prioritize of one pod over a fleet.
+
+Fleets of 500 and 5,000 nodes with 8 GPUs each, half occupied (every GPU drawn from 0, 25,
+50, 75 and 100 % used, mean 50 %, seeded), and the pods the extender would see: a mix of
+shares of one GPU and whole 1, 2 and 4-GPU requests. Two regimes, each reported as p50/p99
+per decision (filter then prioritize over every node, as kube-scheduler calls the extender):
+
+* ``cold``: every node's remembered answers are dropped before each decision, so every
+  node is evaluated from scratch (the worst case: a new pod shape after every node changed);
+* ``stream``: pods arrive one after another and each is placed and counted, so only the
+  node that changed is re-evaluated (the steady state of a scheduler).
+
+Usage: ``uv run python benchmarks/bench_placement.py [--nodes 500,5000] [--policy fgd]``.
+Prints figures; asserts nothing (machines are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import statistics
+import time
+
+from xpushare.models import (
+    ContainerAssignment,
+    ContainerRequest,
+    Device,
+    DeviceSlice,
+    PodAssignment,
+)
+from xpushare.placement import Placer
+from xpushare.scheduling import DEFAULT_POLICY, PodRequest, UsageLedger, Workload
+
+GPUS_PER_NODE = 8
+USED_LEVELS = (0, 25, 50, 75, 100)
+
+
+def build_fleet(n_nodes: int, seed: int) -> UsageLedger:
+    rng = random.Random(seed)
+    ledger = UsageLedger()
+    for i in range(n_nodes):
+        name = f"node-{i:05d}"
+        devices = [
+            Device(vendor="mock", id=f"{name}-{g}", index=g, model="A100", memory_mib=40960)
+            for g in range(GPUS_PER_NODE)
+        ]
+        ledger.set_node(name, devices, cpu_milli=128000, memory_mib=1048576)
+        containers = []
+        for g in range(GPUS_PER_NODE):
+            pct = rng.choice(USED_LEVELS)
+            if pct:
+                s = DeviceSlice(
+                    device_id=f"{name}-{g}", memory_mib=40960 * pct // 100, compute_percent=pct
+                )
+                containers.append(
+                    ContainerAssignment(container=f"c{g}", vendor="mock", devices=(s,))
+                )
+        if containers:
+            used = sum(1 for _ in containers)
+            ledger.add(
+                f"existing/{name}",
+                PodAssignment(node=name, containers=tuple(containers)),
+                cpu_milli=8000 * used,
+                memory_mib=32768 * used,
+            )
+    return ledger
+
+
+def pods(n: int, seed: int) -> list[PodRequest]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.5:
+            pct = rng.choice((10, 20, 25, 30, 40, 50, 60, 75))
+            req = ContainerRequest(vendor="mock", memory_percent=pct, compute_percent=pct)
+        else:
+            count = rng.choice((1, 1, 1, 2, 4))
+            req = ContainerRequest(vendor="mock", count=count, compute_percent=100, exclusive=True)
+        out.append(PodRequest.build([req], cpu_milli=rng.choice((2000, 4000, 8000))))
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(n_nodes: int, policy: str, decisions: int, seed: int) -> None:
+    ledger = build_fleet(n_nodes, seed)
+    names = list(ledger.nodes)
+    stream = pods(decisions, seed + 1)
+    for regime in ("cold", "stream"):
+        placer = Placer(ledger, policy)
+        placer.policy.set_workload(Workload.from_requests(pods(500, seed + 2)))
+        times = []
+        placed = 0
+        for i, request in enumerate(stream):
+            if regime == "cold":
+                for state in ledger.nodes.values():
+                    state.memo = {}
+            start = time.perf_counter()
+            result = placer.filter(request, names)
+            scores = placer.prioritize(request, result.fits)
+            times.append(time.perf_counter() - start)
+            if regime == "stream" and scores:
+                best = max(scores, key=lambda n: scores[n])
+                placer.commit(f"bench/{i}", request, placer.decide(request, best))
+                placed += 1
+        # Put the fleet back for the next regime.
+        for i in range(placed):
+            ledger.remove(f"bench/{i}")
+        p50 = 1000 * statistics.median(times)
+        p99 = 1000 * percentile(times, 0.99)
+        print(
+            f"{n_nodes:>6} nodes  {policy:<10} {regime:<6}  "
+            f"p50 {p50:7.2f} ms   p99 {p99:7.2f} ms   ({len(times)} decisions)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="500,5000")
+    parser.add_argument("--policy", default=f"{DEFAULT_POLICY},fgd,binpack")
+    parser.add_argument("--decisions", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    print(f"python {platform.python_version()} on {platform.processor() or platform.machine()}")
+    for n in (int(x) for x in args.nodes.split(",")):
+        for policy in dict.fromkeys(args.policy.split(",")):
+            run(n, policy, args.decisions if n <= 1000 else max(50, args.decisions // 3), args.seed)
+
+
+if __name__ == "__main__":
+    main()
