@@ -5,7 +5,8 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from xpushare.testing.clib import CompileError, compile_shared_library
+
+from xpushare.testing.clib import CompileError, LibraryVariants, compile_shared_library
 
 
 def test_compiles_a_loadable_library_named_as_asked(tmp_path):
@@ -38,3 +39,18 @@ def test_a_missing_compiler_says_to_install_gcc(tmp_path):
 def test_name_must_be_a_file_name(tmp_path):
     with pytest.raises(ValueError, match="file name"):
         compile_shared_library("", tmp_path, "sub/libx.so")
+
+
+def test_library_variants_compile_each_define_set_once(tmp_path):
+    source = "#ifndef ANSWER\n#define ANSWER 42\n#endif\nint answer(void) { return ANSWER; }\n"
+    variants = LibraryVariants(source, tmp_path, "libfake.so")
+    full = variants.get()
+    seven = variants.get("ANSWER=7")
+    renamed = variants.get(name="libother.so")
+    assert ctypes.CDLL(str(full)).answer() == 42
+    assert ctypes.CDLL(str(seven)).answer() == 7
+    assert renamed.name == "libother.so" and full.name == "libfake.so"
+    # Each in a folder of its own, and asked again, the one already built.
+    assert len({full.parent, seven.parent, renamed.parent}) == 3
+    built_at = seven.stat().st_mtime_ns
+    assert variants.get("ANSWER=7") == seven and seven.stat().st_mtime_ns == built_at

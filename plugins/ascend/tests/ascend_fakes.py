@@ -7,30 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xpushare.testing.clib import compile_shared_library
-
 FAKE_SOURCE = (Path(__file__).parent / "fake_dcmi" / "fake_dcmi.c").read_text(encoding="utf-8")
 
 
-class FakeDcmiBuilds:
-    """Variants of the fake libdcmi.so, each compiled once per test session.
-
-    The files are not named libdcmi.so: a library already loaded under that soname would
-    answer the plugin's bare-name candidate, and the "library not found" test needs none.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._built: dict[tuple[str, ...], Path] = {}
-
-    def get(self, *flags: str, name: str = "libdcmi-fake.so") -> Path:
-        key = (name, *flags)
-        if key not in self._built:
-            out = self.root / (f"v{len(self._built)}")
-            self._built[key] = compile_shared_library(
-                FAKE_SOURCE, out, name, extra_args=[f"-D{f}" for f in flags]
-            )
-        return self._built[key]
+# Not named libdcmi.so: a library already loaded under that soname would answer the plugin's
+# bare-name candidate, and the "library not found" test needs none.
+FAKE_NAME = "libdcmi-fake.so"
 
 
 def chip_line(i: int, **fields: Any) -> str:

@@ -14,19 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ascend_fakes import FakeDcmiBuilds, FakeTable
+from ascend_fakes import FAKE_NAME, FAKE_SOURCE, FakeTable
 
 import xpushare_ascend.plugin as ascend_plugin
 from xpushare.plugins import PluginHost, VendorHandle
+from xpushare.testing.clib import LibraryVariants
 
 
 @pytest.fixture(scope="session")
-def fake_builds(tmp_path_factory: pytest.TempPathFactory) -> FakeDcmiBuilds:
-    return FakeDcmiBuilds(tmp_path_factory.mktemp("fake-dcmi"))
+def fake_builds(tmp_path_factory: pytest.TempPathFactory) -> LibraryVariants:
+    return LibraryVariants(FAKE_SOURCE, tmp_path_factory.mktemp("fake-dcmi"), FAKE_NAME)
 
 
 @pytest.fixture
-def fake_lib(fake_builds: FakeDcmiBuilds) -> Path:
+def fake_lib(fake_builds: LibraryVariants) -> Path:
     """The full fake: both API generations."""
     return fake_builds.get()
 

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ascend_fakes import FakeDcmiBuilds, chip_line
+from ascend_fakes import chip_line
 
+from xpushare.testing.clib import LibraryVariants
 from xpushare.testing.conformance import VendorConformance
 
 
@@ -20,7 +21,7 @@ class TestAscendConformance(VendorConformance):
     vendor = "ascend"
 
     @pytest.fixture(autouse=True)
-    def _library(self, fake_builds: FakeDcmiBuilds, monkeypatch: pytest.MonkeyPatch) -> None:
+    def _library(self, fake_builds: LibraryVariants, monkeypatch: pytest.MonkeyPatch) -> None:
         self.lib = fake_builds.get()
         monkeypatch.delenv("XPUSHARE_ASCEND_CONFIG", raising=False)
 

@@ -7,30 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xpushare.testing.clib import compile_shared_library
-
 FAKE_SOURCE = (Path(__file__).parent / "fake_cndev" / "fake_cndev.c").read_text(encoding="utf-8")
 
 
-class FakeCndevBuilds:
-    """Variants of the fake libcndev.so, each compiled once per test session.
-
-    The files are not named libcndev.so: a library already loaded under that soname would
-    answer the plugin's bare-name candidate, and the "library not found" test needs none.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._built: dict[tuple[str, ...], Path] = {}
-
-    def get(self, *flags: str, name: str = "libcndev-fake.so") -> Path:
-        key = (name, *flags)
-        if key not in self._built:
-            out = self.root / f"v{len(self._built)}"
-            self._built[key] = compile_shared_library(
-                FAKE_SOURCE, out, name, extra_args=[f"-D{f}" for f in flags]
-            )
-        return self._built[key]
+# Not named libcndev.so: a library already loaded under that soname would answer the plugin's
+# bare-name candidate, and the "library not found" test needs none.
+FAKE_NAME = "libcndev-fake.so"
 
 
 def card_line(slot: int, **fields: Any) -> str:

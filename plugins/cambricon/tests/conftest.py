@@ -14,20 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cambricon_fakes import FakeCndevBuilds, FakeTable
+from cambricon_fakes import FAKE_NAME, FAKE_SOURCE, FakeTable
 
 import xpushare_cambricon.plugin as cambricon_plugin
 from xpushare.plugins import PluginHost, VendorHandle
 from xpushare.plugins.builtin import CORE_PLUGINS
+from xpushare.testing.clib import LibraryVariants
 
 
 @pytest.fixture(scope="session")
-def fake_builds(tmp_path_factory: pytest.TempPathFactory) -> FakeCndevBuilds:
-    return FakeCndevBuilds(tmp_path_factory.mktemp("fake-cndev"))
+def fake_builds(tmp_path_factory: pytest.TempPathFactory) -> LibraryVariants:
+    return LibraryVariants(FAKE_SOURCE, tmp_path_factory.mktemp("fake-cndev"), FAKE_NAME)
 
 
 @pytest.fixture
-def fake_lib(fake_builds: FakeCndevBuilds) -> Path:
+def fake_lib(fake_builds: LibraryVariants) -> Path:
     return fake_builds.get()
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cambricon_fakes import FakeCndevBuilds, card_line
+from cambricon_fakes import card_line
 
+from xpushare.testing.clib import LibraryVariants
 from xpushare.testing.conformance import VendorConformance
 
 
@@ -21,7 +22,7 @@ class TestCambriconConformance(VendorConformance):
     vendor = "cambricon"
 
     @pytest.fixture(autouse=True)
-    def _library(self, fake_builds: FakeCndevBuilds, monkeypatch: pytest.MonkeyPatch) -> None:
+    def _library(self, fake_builds: LibraryVariants, monkeypatch: pytest.MonkeyPatch) -> None:
         self.lib = fake_builds.get()
         monkeypatch.delenv("XPUSHARE_CAMBRICON_CONFIG", raising=False)
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-__all__ = ["CompileError", "compile_shared_library"]
+__all__ = ["CompileError", "LibraryVariants", "compile_shared_library"]
 
 #: Compiling a small file takes well under a second; this only stops a hung compiler.
 COMPILE_TIMEOUT_S: Final = 120.0
@@ -101,3 +101,38 @@ def compile_shared_library(
         )
     partial.replace(target)
     return target
+
+
+class LibraryVariants:
+    """Variants of one fake library, each compiled once: per set of ``-D`` defines and name.
+
+    Why: a plugin's tests need the full fake most of the time and, now and then, one built
+    without a symbol or with an old API generation (``-DNO_<SYMBOL>``); compiling each
+    variant once per session (keep the object in a session-scoped fixture) keeps the suite
+    fast. Each variant goes to a folder of its own under *out_dir*, so variants of one name
+    never overwrite a library a test has already loaded.
+
+    :param source: the C source text.
+    :param out_dir: the folder the variants' folders are made in.
+    :param name: the default file name. Tip: not the real library's soname, so that the
+        plugin's bare-soname candidate finds nothing and "library not found" tests work.
+    """
+
+    def __init__(self, source: str, out_dir: Path, name: str) -> None:
+        self.source = source
+        self.out_dir = out_dir
+        self.name = name
+        self._built: dict[tuple[str, ...], Path] = {}
+
+    def get(self, *defines: str, name: str | None = None) -> Path:
+        """The library compiled with ``-D<define>`` for each of *defines*, named *name*."""
+        file_name = name or self.name
+        key = (file_name, *defines)
+        if key not in self._built:
+            self._built[key] = compile_shared_library(
+                self.source,
+                self.out_dir / f"v{len(self._built)}",
+                file_name,
+                extra_args=[f"-D{d}" for d in defines],
+            )
+        return self._built[key]
