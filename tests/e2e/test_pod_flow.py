@@ -10,9 +10,10 @@ assignment and the handoff, Allocate reads them and releases the handoff.
 import asyncio
 
 from xpushare.codec import HANDOFF_KEY, decode_assignment
-from xpushare.plugins import HostSettings, PluginHost
-from xpushare.plugins.builtin import CORE_PLUGINS, mock
+from xpushare.plugins import PluginHost
+from xpushare.plugins.builtin import mock
 from xpushare.testing.apiserver import pod
+from xpushare.testing.hosts import vendor_host
 from xpushare.testing.podflow import PodFlow
 
 NODE = "gpu-node"
@@ -21,14 +22,7 @@ MEM = "xpushare.io/mock-gpumem"
 
 
 def host() -> PluginHost:
-    h = PluginHost(
-        HostSettings(strict=True),
-        core_plugins=CORE_PLUGINS,
-        node_name=NODE,
-        vendor_config={"mock": {"devices": "1x A100-80GB"}},
-    )
-    h.register("mock", mock)
-    return h
+    return vendor_host("mock", mock, {"devices": "1x A100-80GB"}, node_name=NODE, strict=True)
 
 
 async def test_a_pod_flows_from_webhook_to_allocate_and_gives_its_share_back() -> None:

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
-from xpushare.plugins import HostSettings, PluginHost
-from xpushare.plugins.builtin import CORE_PLUGINS, mock
+from xpushare.plugins import PluginHost
+from xpushare.plugins.builtin import mock
+from xpushare.testing.hosts import vendor_host
 from xpushare.testing.kube import InMemoryKube
 from xpushare.testing.kubelet import FakeKubelet
 from xpushare.testing.nodeagent import (
@@ -37,13 +38,7 @@ def plugin_dir() -> Any:
 
 
 def mock_host(devices: str = "8x A100-80GB", *extra: tuple[str, object]) -> PluginHost:
-    host = PluginHost(
-        HostSettings(strict=True),
-        core_plugins=CORE_PLUGINS,
-        node_name=NODE,
-        vendor_config={"mock": {"devices": devices}},
-    )
-    host.register("mock", mock)
+    host = vendor_host("mock", mock, {"devices": devices}, node_name=NODE, strict=True)
     for name, plugin in extra:
         host.register(name, plugin)
     return host

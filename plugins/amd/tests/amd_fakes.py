@@ -15,8 +15,8 @@ from pathlib import Path
 
 import xpushare_amd.plugin
 from xpushare.plugins import PluginHost
-from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.clib import compile_shared_library
+from xpushare.testing.hosts import vendor_host
 
 SOURCE = Path(__file__).parent / "fake_amdsmi" / "fake_amd_smi.c"
 GIB = 1024**3
@@ -209,9 +209,6 @@ def amd_host(library: Path | str | None, node: str = "node-a", **config: object)
     vendor_config: dict[str, object] = dict(config)
     if library is not None:
         vendor_config["library_path"] = str(library)
-    host = PluginHost(
-        core_plugins=CORE_PLUGINS, node_name=node, vendor_config={"amd": vendor_config}
+    return vendor_host(
+        "amd", xpushare_amd.plugin, vendor_config, node_name=node, distribution="xpushare-amd"
     )
-    record = host.register("amd", xpushare_amd.plugin, distribution="xpushare-amd")
-    assert record.error is None, record.error
-    return host

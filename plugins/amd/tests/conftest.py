@@ -6,24 +6,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from amd_fakes import FakeGpu, amd_host, build_library
+from amd_fakes import FakeGpu, build_library
 
-from xpushare.plugins import PluginHost, VendorHandle
+import xpushare_amd.plugin
+from xpushare.plugins import VendorHandle
+from xpushare.testing.hosts import VendorHosts
 
 
 @pytest.fixture
 def started(tmp_path: Path) -> Iterator[Callable[..., VendorHandle]]:
     """``started(gpus, **build_options)``: the AMD vendor, started on a fake with *gpus*."""
-    hosts: list[PluginHost] = []
+    with VendorHosts("amd", xpushare_amd.plugin, distribution="xpushare-amd") as hosts:
 
-    def start(gpus: list[FakeGpu], **options: object) -> VendorHandle:
-        lib = build_library(tmp_path / f"lib{len(hosts)}", gpus, **options)  # type: ignore[arg-type]
-        host = amd_host(lib)
-        hosts.append(host)
-        handle = host.vendor("amd")
-        handle.startup()
-        return handle
+        def start(gpus: list[FakeGpu], **options: object) -> VendorHandle:
+            lib = build_library(tmp_path / f"lib{len(hosts.made)}", gpus, **options)  # type: ignore[arg-type]
+            return hosts.handle({"library_path": str(lib)}, start=True)
 
-    yield start
-    for host in hosts:
-        host.close()
+        yield start

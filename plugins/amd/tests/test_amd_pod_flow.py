@@ -13,20 +13,13 @@ from pathlib import Path
 from amd_fakes import GIB, amd_host, build_library, mi300x
 
 import xpushare_amd.plugin
-from xpushare.plugins import PluginHost
-from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.apiserver import pod
+from xpushare.testing.hosts import vendor_host
 from xpushare.testing.kubelet import ContainerSpec
 from xpushare.testing.podflow import PodFlow
 
 NODE = "node-a"
 GPU = "amd.com/gpu"
-
-
-def _scheduler_host() -> PluginHost:
-    host = PluginHost(core_plugins=CORE_PLUGINS)
-    host.register("amd", xpushare_amd.plugin)
-    return host
 
 
 async def test_a_pod_asking_for_a_share_of_an_amd_gpu_runs_on_the_chosen_gpu(
@@ -35,7 +28,7 @@ async def test_a_pod_asking_for_a_share_of_an_amd_gpu_runs_on_the_chosen_gpu(
     lib = build_library(tmp_path / "rocm", [mi300x(0), mi300x(1, vram_used=GIB)])
     flow = PodFlow(
         amd_host(lib, node=NODE),
-        _scheduler_host(),
+        vendor_host("amd", xpushare_amd.plugin, node_name=None),
         vendor="amd",
         node_name=NODE,
         scheduler_settings={"bind.repair_interval_s": 0.05},

@@ -17,8 +17,9 @@ import pytest
 from ascend_fakes import FAKE_NAME, FAKE_SOURCE, FakeTable
 
 import xpushare_ascend.plugin as ascend_plugin
-from xpushare.plugins import PluginHost, VendorHandle
+from xpushare.plugins import VendorHandle
 from xpushare.testing.clib import LibraryVariants
+from xpushare.testing.hosts import VendorHosts
 
 
 @pytest.fixture(scope="session")
@@ -57,19 +58,13 @@ def cluster_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[
 @pytest.fixture
 def make_handle(tmp_path: Path) -> Iterator[Callable[..., VendorHandle]]:
     """A factory of Ascend vendor handles on fresh hosts; all are shut down at the end."""
-    hosts: list[PluginHost] = []
+    with VendorHosts("ascend", ascend_plugin, core_plugins=False) as hosts:
 
-    def make(library: Path | None = None, **config: Any) -> VendorHandle:
-        settings: dict[str, Any] = {"sysfs_root": str(tmp_path / "sys")}
-        if library is not None:
-            settings["library_path"] = str(library)
-        settings.update(config)
-        host = PluginHost(node_name="node-a", vendor_config={"ascend": settings})
-        record = host.register("ascend", ascend_plugin)
-        assert record.error is None, record.error
-        hosts.append(host)
-        return host.vendor("ascend")
+        def make(library: Path | None = None, **config: Any) -> VendorHandle:
+            settings: dict[str, Any] = {"sysfs_root": str(tmp_path / "sys")}
+            if library is not None:
+                settings["library_path"] = str(library)
+            settings.update(config)
+            return hosts.handle(settings)
 
-    yield make
-    for host in hosts:
-        host.close()
+        yield make

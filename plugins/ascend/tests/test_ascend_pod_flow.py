@@ -16,8 +16,8 @@ from ascend_fakes import FakeTable, chip_line
 
 import xpushare_ascend.plugin as ascend_plugin
 from xpushare.plugins import PluginHost
-from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.apiserver import pod
+from xpushare.testing.hosts import vendor_host
 from xpushare.testing.kubelet import ContainerSpec
 from xpushare.testing.podflow import PodFlow
 
@@ -27,12 +27,9 @@ MEM = "huawei.com/Ascend910B3-memory"
 
 
 def _host(**vendor_config: Any) -> PluginHost:
-    host = PluginHost(
-        core_plugins=CORE_PLUGINS, node_name=NODE, vendor_config={"ascend": vendor_config}
+    return vendor_host(
+        "ascend", ascend_plugin, vendor_config, node_name=NODE, distribution="xpushare-ascend"
     )
-    record = host.register("ascend", ascend_plugin, distribution="xpushare-ascend")
-    assert record.error is None, record.error
-    return host
 
 
 async def test_ascend_pods_go_from_the_webhook_to_the_kubelet(

@@ -17,9 +17,9 @@ import pytest
 from cambricon_fakes import FAKE_NAME, FAKE_SOURCE, FakeTable
 
 import xpushare_cambricon.plugin as cambricon_plugin
-from xpushare.plugins import PluginHost, VendorHandle
-from xpushare.plugins.builtin import CORE_PLUGINS
+from xpushare.plugins import VendorHandle
 from xpushare.testing.clib import LibraryVariants
+from xpushare.testing.hosts import VendorHosts
 
 
 @pytest.fixture(scope="session")
@@ -57,21 +57,13 @@ def cluster_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[
 @pytest.fixture
 def make_handle(tmp_path: Path) -> Iterator[Callable[..., VendorHandle]]:
     """A factory of Cambricon vendor handles on fresh hosts; all are shut down at the end."""
-    hosts: list[PluginHost] = []
+    with VendorHosts("cambricon", cambricon_plugin) as hosts:
 
-    def make(library: Path | None = None, **config: Any) -> VendorHandle:
-        settings: dict[str, Any] = {"sysfs_root": str(tmp_path / "sys")}
-        if library is not None:
-            settings["library_path"] = str(library)
-        settings.update(config)
-        host = PluginHost(
-            core_plugins=CORE_PLUGINS, node_name="node-a", vendor_config={"cambricon": settings}
-        )
-        record = host.register("cambricon", cambricon_plugin)
-        assert record.error is None, record.error
-        hosts.append(host)
-        return host.vendor("cambricon")
+        def make(library: Path | None = None, **config: Any) -> VendorHandle:
+            settings: dict[str, Any] = {"sysfs_root": str(tmp_path / "sys")}
+            if library is not None:
+                settings["library_path"] = str(library)
+            settings.update(config)
+            return hosts.handle(settings)
 
-    yield make
-    for host in hosts:
-        host.close()
+        yield make

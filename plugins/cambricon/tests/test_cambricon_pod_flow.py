@@ -17,8 +17,8 @@ from cambricon_fakes import FakeTable, card_line
 
 import xpushare_cambricon.plugin as cambricon_plugin
 from xpushare.plugins import PluginHost
-from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.apiserver import pod
+from xpushare.testing.hosts import vendor_host
 from xpushare.testing.kubelet import ContainerSpec
 from xpushare.testing.podflow import PodFlow
 
@@ -29,12 +29,13 @@ CORE = "cambricon.com/mlu.smlu.vcore"
 
 
 def _host(**vendor_config: Any) -> PluginHost:
-    host = PluginHost(
-        core_plugins=CORE_PLUGINS, node_name=NODE, vendor_config={"cambricon": vendor_config}
+    return vendor_host(
+        "cambricon",
+        cambricon_plugin,
+        vendor_config,
+        node_name=NODE,
+        distribution="xpushare-cambricon",
     )
-    record = host.register("cambricon", cambricon_plugin, distribution="xpushare-cambricon")
-    assert record.error is None, record.error
-    return host
 
 
 async def test_cambricon_pods_go_from_the_webhook_to_the_kubelet(

@@ -16,9 +16,9 @@ import pytest
 from fake_nvml import SONAME, SOURCE, FakeNvml
 from nvidia_kit import NODE, base_config
 
-from xpushare.plugins import HostSettings, PluginHost, VendorHandle
-from xpushare.plugins.builtin import CORE_PLUGINS
+from xpushare.plugins import VendorHandle
 from xpushare.testing.clib import compile_shared_library
+from xpushare.testing.hosts import VendorHosts
 from xpushare_nvidia import plugin
 
 
@@ -53,25 +53,11 @@ def nvidia(
     driver_root: Path, hami_dir: Path, fake: FakeNvml
 ) -> Iterator[Callable[..., VendorHandle]]:
     """``nvidia(**config)``: the plugin registered in a strict host; started unless asked."""
-    hosts: list[PluginHost] = []
+    with VendorHosts("nvidia", plugin, node_name=NODE, strict=True) as hosts:
 
-    def make(start: bool = True, **overrides: Any) -> VendorHandle:
-        config = {**base_config(driver_root, hami_dir), **overrides}
-        host = PluginHost(
-            HostSettings(strict=True),
-            core_plugins=CORE_PLUGINS,
-            node_name=NODE,
-            vendor_config={"nvidia": config},
-        )
-        host.register("nvidia", plugin)
-        hosts.append(host)
-        handle = host.vendor("nvidia")
-        if start:
-            handle.startup()
-        return handle
+        def make(start: bool = True, **overrides: Any) -> VendorHandle:
+            return hosts.handle({**base_config(driver_root, hami_dir), **overrides}, start=start)
 
-    yield make
-    for host in hosts:
-        host.close()
+        yield make
     assert fake.init_count == 0, "a host left NVML initialised"
     assert fake.thread_violations == 0, "an NVML call ran off the vendor's library thread"

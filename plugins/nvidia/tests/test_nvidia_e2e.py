@@ -15,9 +15,9 @@ from fake_nvml import FakeNvml, uuid
 from nvidia_kit import base_config
 
 from xpushare.codec import HANDOFF_KEY, decode_assignment
-from xpushare.plugins import HostSettings, PluginHost
-from xpushare.plugins.builtin import CORE_PLUGINS
+from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
+from xpushare.testing.hosts import vendor_host
 from xpushare.testing.kubelet import ContainerSpec
 from xpushare.testing.podflow import PodFlow
 from xpushare_nvidia import plugin
@@ -27,14 +27,7 @@ GPU = "nvidia.com/gpu"
 
 
 def nvidia_host(config: dict[str, Any]) -> PluginHost:
-    host = PluginHost(
-        HostSettings(strict=True),
-        core_plugins=CORE_PLUGINS,
-        node_name=NODE,
-        vendor_config={"nvidia": config},
-    )
-    host.register("nvidia", plugin)
-    return host
+    return vendor_host("nvidia", plugin, config, node_name=NODE, strict=True)
 
 
 async def test_a_two_gpu_pod_gets_an_nvlink_pair_with_hami_core_limits(

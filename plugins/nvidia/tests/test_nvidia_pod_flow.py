@@ -23,8 +23,8 @@ from nvidia_kit import NODE, base_config
 
 from xpushare.models import ContainerAssignment, ContainerRequest, NodeView, PodAssignment
 from xpushare.node import NodeAgent
-from xpushare.plugins import HostSettings, PluginHost
-from xpushare.plugins.builtin import CORE_PLUGINS
+from xpushare.plugins import PluginHost
+from xpushare.testing.hosts import vendor_host
 from xpushare.testing.kube import InMemoryKube
 from xpushare.testing.kubelet import ContainerSpec, FakeKubelet
 from xpushare.testing.nodeagent import run_node_agent, short_socket_dir
@@ -45,13 +45,9 @@ def plugin_dir() -> Iterator[Path]:
 async def agent(
     plugin_dir: Path, driver_root: Path, hami_dir: Path
 ) -> AsyncIterator[tuple[NodeAgent, FakeKubelet, InMemoryKube, PluginHost]]:
-    host = PluginHost(
-        HostSettings(strict=True),
-        core_plugins=CORE_PLUGINS,
-        node_name=NODE,
-        vendor_config={"nvidia": base_config(driver_root, hami_dir)},
+    host = vendor_host(
+        "nvidia", plugin, base_config(driver_root, hami_dir), node_name=NODE, strict=True
     )
-    host.register("nvidia", plugin)
     kube = InMemoryKube(NODE)
     async with run_node_agent(host, kube, plugin_dir, wait_for=RESOURCE) as running:
         yield running.agent, running.kubelet, kube, host

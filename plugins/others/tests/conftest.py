@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from xpushare.plugins import PluginHost, VendorHandle
-from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.clib import compile_shared_library
+from xpushare.testing.hosts import vendor_host
 
 TESTS = Path(__file__).parent
 FAKES = TESTS / "fakes"
@@ -73,21 +73,15 @@ def handle_for() -> Iterator[Callable[[str, ModuleType, Mapping[str, Any]], Vend
 
     Every handle made is shut down at the end of the test (library released, thread ended).
     """
-    handles: list[VendorHandle] = []
+    hosts: list[PluginHost] = []
 
     def make(vendor: str, module: ModuleType, config: Mapping[str, Any]) -> VendorHandle:
-        host = PluginHost(
-            core_plugins=CORE_PLUGINS, node_name="node-a", vendor_config={vendor: config}
-        )
-        record = host.register(vendor, module)
-        assert record.error is None, record.error
-        handle = host.vendor(vendor)
-        handles.append(handle)
-        return handle
+        hosts.append(vendor_host(vendor, module, config))
+        return hosts[-1].vendor(vendor)
 
     yield make
-    for handle in handles:
-        handle.shutdown()
+    for host in hosts:
+        host.close()
 
 
 @pytest.fixture(autouse=True)

@@ -14,22 +14,30 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from xpushare.testing.clib import LibraryVariants
+    from xpushare.testing.hosts import VendorHosts, vendor_host
     from xpushare.testing.nodeagent import RunningAgent, run_node_agent, short_socket_dir
     from xpushare.testing.podflow import PodFlow
     from xpushare.testing.wheels import FreshEnv, WheelCache, clean_environ, install_in_fresh_venv
 
 __all__ = [
     "FreshEnv",
+    "LibraryVariants",
     "PodFlow",
     "RunningAgent",
+    "VendorHosts",
     "WheelCache",
     "clean_environ",
     "install_in_fresh_venv",
     "run_node_agent",
     "short_socket_dir",
+    "vendor_host",
 ]
 
 _HOMES = {
+    "LibraryVariants": "xpushare.testing.clib",
+    "VendorHosts": "xpushare.testing.hosts",
+    "vendor_host": "xpushare.testing.hosts",
     "PodFlow": "xpushare.testing.podflow",
     "RunningAgent": "xpushare.testing.nodeagent",
     "run_node_agent": "xpushare.testing.nodeagent",
