@@ -295,3 +295,18 @@ def test_fgd_cpu_settles_fgd_ties_by_the_gpus_the_cpu_left_would_strand() -> Non
         placer.policy.set_workload(workload)
         picks[name] = placer.select(whole(1, cpu=20000))
     assert picks == {"fgd": "a", "fgd-cpu": "b"}
+
+
+def test_a_learning_policy_is_not_answered_from_an_older_workload() -> None:
+    # fgd without a workload learns one from the pods it sees. With only 30 % tasks seen,
+    # "a" and "b" are alike for a 30 % task (the first wins); once whole-GPU tasks dominate,
+    # breaking one of a's whole GPUs costs, and b's shared GPU is the place. An answer
+    # remembered under the old workload would still say "a".
+    ledger = fleet(a=[0, 0], b=[40, 0])
+    placer = Placer(ledger, "fgd")
+    assert placer.select(share(30)) == "a"
+    before = placer.policy.generation
+    for _ in range(4):
+        placer.filter(whole(1))
+    assert placer.policy.generation > before
+    assert placer.select(share(30)) == "b"

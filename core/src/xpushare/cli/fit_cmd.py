@@ -244,6 +244,16 @@ def command(document: Any, policy: str | None, as_json: bool) -> None:
     DOCUMENT is a JSON or YAML file with the node's inventory, its usage and the pod (or
     one container request); "-" (the default) reads stdin. Exit status: 0 fits, 1 does not
     fit, 2 bad input.
+
+    \b
+    {"node": {"name": "gpu-1", "cpu_milli": 64000, "memory_mib": 262144,
+              "devices": [{"vendor": "nvidia", "id": "GPU-0", "index": 0,
+                           "model": "A100", "memory_mib": 40960}]},
+     "usage": [{"device_id": "GPU-0", "used_slots": 1, "used_memory_mib": 8000,
+                "used_compute_percent": 30}],
+     "pod": <a Pod manifest (kubectl get pod -o json) or {"ref": ..., "containers": ...}>,
+     "request": <instead of "pod": {"vendor": "nvidia", "memory_mib": 8000, ...}>,
+     "placement": {"policy": "fgd-cpu", "memory_overcommit": {"nvidia": 1.5}}}
     """
     from xpushare.placement import PlacementConfig, Placer
     from xpushare.plugins import PluginHost

@@ -47,7 +47,7 @@ from xpushare.scheduling import (
     host_reject,
     summarize,
 )
-from xpushare.scheduling.fit import Extra, Pick, add_extra, slices
+from xpushare.scheduling.fit import HOST_REJECTS, Extra, Pick, add_extra, slices
 from xpushare.scheduling.policies import emptiest_first, fullest_first
 
 if TYPE_CHECKING:
@@ -155,8 +155,11 @@ class Placer:
         self.policy: Policy = policy
         self._keys: dict[tuple[Any, ...], int] = {}
         self._by_state: dict[tuple[int, int], PodFit] = {}
+        self._by_node_state: dict[tuple[int, int], tuple[bool, Any, Any]] = {}
+        self._tiebreaks_by_state: dict[tuple[int, tuple[int, int]], Score] = {}
         self._last_request: PodRequest | None = None
         self._last_key = 0
+        self._last_generation = -1
         self._rng = random.Random(self.config.seed)
         self._custom: dict[str, VendorHandle] = {}
         self._scorers: dict[str, VendorHandle] = {}
@@ -167,6 +170,7 @@ class Placer:
                 if self.config.vendor_score_weight > 0 and handle.implements("xpushare_score"):
                     self._scorers[name] = handle
         self._tiebreaks = type(self.policy).tiebreak is not Policy.tiebreak
+        self._pure = bool(getattr(self.policy, "state_pure", False))
         mode = self.config.device_policy
         if mode is None:
             self._order = self.policy.device_order
@@ -208,15 +212,35 @@ class Placer:
         return self._verdict(node, request, key)
 
     def _memo_key(self, request: PodRequest) -> int:
-        if request is self._last_request:
+        generation = self.policy.generation
+        if request is self._last_request and generation == self._last_generation:
             return self._last_key
-        key = self._keys.get(request.key)
+        full = (generation, request.key)
+        key = self._keys.get(full)
         if key is None:
-            key = self._keys[request.key] = next(_memo_ids)
+            key = self._keys[full] = next(_memo_ids)
         self._last_request, self._last_key = request, key
+        self._last_generation = generation
         return key
 
     def _verdict(self, node: NodeState, request: PodRequest, key: int) -> tuple[bool, Any, Any]:
+        skey = None
+        if self._pure and self._shareable(request):
+            skey = (node.state_id(), key)
+            shared = self._by_node_state.get(skey)
+            if shared is not None:
+                node.memo[key] = shared
+                return shared
+        result = self._compute_verdict(node, request, key)
+        if skey is not None:
+            if len(self._by_node_state) >= _MAX_STATE_ANSWERS:
+                self._by_node_state.clear()
+            self._by_node_state[skey] = result
+        return result
+
+    def _compute_verdict(
+        self, node: NodeState, request: PodRequest, key: int
+    ) -> tuple[bool, Any, Any]:
         demands = request.demands
         if len(demands) == 1 and not demands[0].init and self._shareable(request):
             fit = self._fit_single(node, request, demands[0], key)
@@ -240,8 +264,9 @@ class Placer:
         Not when a vendor's own fit decides (it may look at anything) or when the request
         names device UUIDs (the table signature leaves them out).
         """
-        d = request.demands[0]
-        return not d.include_uuids and not d.exclude_uuids and d.vendor not in self._custom
+        return not any(
+            d.include_uuids or d.exclude_uuids or d.vendor in self._custom for d in request.demands
+        )
 
     def _fit_single(self, node: NodeState, request: PodRequest, demand: Demand, key: int) -> PodFit:
         """Feasibility of a one-container pod, shared between nodes in the same device state.
@@ -251,7 +276,7 @@ class Placer:
         """
         reason = host_reject(node, request)
         if reason is not None:
-            return PodFit(False, reasons={reason: 1})
+            return HOST_REJECTS[reason]
         table = node.tables.get(demand.vendor)
         if table is None or not table.devices:
             return PodFit(False, reasons={FitReason.NO_DEVICES: 1}, failed=demand)
@@ -280,13 +305,36 @@ class Placer:
         """Which of *nodes* (all the ledger's when ``None``) the pod fits, and why not."""
         self.policy.observe(request)
         out = FilterResult()
-        verdict = self.verdict
-        for name, state in self._nodes(nodes):
-            ok, value, _ = verdict(state, request) if state is not None else self._unknown(request)
-            if ok:
-                out.fits.append(name)
+        fits, failed = out.fits, out.failed
+        for name, v in self._verdicts(request, nodes):
+            if v[0]:
+                fits.append(name)
             else:
-                out.failed[name] = value.message() if isinstance(value, PodFit) else value
+                why = v[1]
+                failed[name] = why.message() if isinstance(why, PodFit) else why
+        return out
+
+    def _verdicts(
+        self, request: PodRequest, nodes: Iterable[str] | None
+    ) -> list[tuple[str, tuple[bool, Any, Any]]]:
+        """Every node's verdict, read from the memo inline (the loop of /filter)."""
+        key = self._memo_key(request)
+        compute = self._verdict
+        out = []
+        if nodes is None:
+            for name, state in self.ledger.nodes.items():
+                v = state.memo.get(key)
+                out.append((name, v if v is not None else compute(state, request, key)))
+            return out
+        lookup = self.ledger.nodes.get
+        unknown = self._unknown(request)
+        for name in nodes:
+            found = lookup(name)
+            if found is None:
+                out.append((name, unknown))
+                continue
+            v = found.memo.get(key)
+            out.append((name, v if v is not None else compute(found, request, key)))
         return out
 
     def scores(self, request: PodRequest, nodes: Iterable[str] | None = None) -> dict[str, Score]:
@@ -295,12 +343,7 @@ class Placer:
         A key is a tuple compared element by element (a policy may rank by a second
         criterion among nodes equal on the first).
         """
-        out: dict[str, Score] = {}
-        verdict = self.verdict
-        for name, state in self._nodes(nodes):
-            ok, value, _ = verdict(state, request) if state is not None else self._unknown(request)
-            if ok:
-                out[name] = value
+        out: dict[str, Score] = {name: v[1] for name, v in self._verdicts(request, nodes) if v[0]}
         if self._scorers and out:
             return {n: (v,) for n, v in self._blend(request, out).items()}
         return self._break_ties(request, out)
@@ -326,8 +369,18 @@ class Placer:
     def _tiebreak(self, state: NodeState, request: PodRequest) -> Score:
         key = (self._memo_key(request), 1)
         found: Score | None = state.memo.get(key)
+        if found is not None:
+            return found
+        skey = (state.state_id(), key) if self._pure and self._shareable(request) else None
+        if skey is not None:
+            found = self._tiebreaks_by_state.get(skey)
         if found is None:
-            found = state.memo[key] = score_key(self.policy.tiebreak(state, request))
+            found = score_key(self.policy.tiebreak(state, request))
+            if skey is not None:
+                if len(self._tiebreaks_by_state) >= _MAX_STATE_ANSWERS:
+                    self._tiebreaks_by_state.clear()
+                self._tiebreaks_by_state[skey] = found
+        state.memo[key] = found
         return found
 
     def prioritize(

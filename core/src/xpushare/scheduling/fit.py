@@ -213,6 +213,8 @@ class PodFit:
     failed: Demand | None = None
     #: Devices examined for the failed demand, for "k/n devices" in messages.
     examined: int = 0
+    #: The message, once built (answers are shared between nodes and read many times).
+    text: str | None = None
 
     def primary(self) -> FitReason | None:
         """The main reason it does not fit: a node-wide one, else the commonest per device."""
@@ -230,7 +232,16 @@ class PodFit:
         """One line for a user: what failed and why, per reason."""
         if self.fits:
             return "fits"
-        return summarize(self.reasons, self.examined, self.failed)
+        if self.text is None:
+            self.text = summarize(self.reasons, self.examined, self.failed)
+        return self.text
+
+
+#: One shared answer per host reason: a node without the CPU or memory for a pod.
+HOST_REJECTS = {
+    reason: PodFit(False, reasons={reason: 1})
+    for reason in (FitReason.INSUFFICIENT_CPU, FitReason.INSUFFICIENT_HOST_MEMORY)
+}
 
 
 def host_reject(node: NodeState, request: PodRequest) -> FitReason | None:
@@ -262,7 +273,7 @@ def fit_pod(
     """
     reason = host_reject(node, request)
     if reason is not None:
-        return PodFit(False, reasons={reason: 1})
+        return HOST_REJECTS[reason]
     extra: Extra = {}
     out: list[tuple[Demand, list[Pick]]] = []
     for demand in request.demands:

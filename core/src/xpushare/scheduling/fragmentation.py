@@ -363,6 +363,7 @@ class FragmentationPolicy(Policy):
     """
 
     name = "fgd"
+    state_pure = True
     description = "least growth of fragmentation (FGD, ATC'23)"
 
     def __init__(
@@ -377,6 +378,7 @@ class FragmentationPolicy(Policy):
     # -- workload ----------------------------------------------------------------------------
 
     def _set(self, workload: Workload) -> None:
+        self.generation += 1
         self.workload = workload
         self.meter = FragmentationMeter(workload)
         # Node memo keys: fresh ints per workload, so answers from an older one are unused
@@ -436,23 +438,14 @@ class FragmentationPolicy(Policy):
         return result
 
     def _state_key(self, node: NodeState, request: PodRequest, key: int) -> tuple[int, int] | None:
-        """A key under which nodes in the same device state share the answer, or ``None``.
+        """A key under which nodes in the same state share the answer, or ``None``.
 
-        Shared only for one-demand pods on nodes with CPU and memory to spare for every
-        shape after the pod (then the host resources change no term of the measure).
+        The answer depends on the node's device tables, free CPU and free memory only,
+        except for requests that name device UUIDs (absent from the state).
         """
-        demands = request.demands
-        if len(demands) != 1 or demands[0].init or demands[0].include_uuids:
+        if any(d.include_uuids or d.exclude_uuids for d in request.demands):
             return None
-        table = node.tables.get(demands[0].vendor)
-        if table is None:
-            return None
-        cpu, mem = node.cpu_free, node.memory_free
-        if cpu is not None and cpu - request.cpu_milli < self.workload.max_cpu:
-            return None
-        if mem is not None and mem - request.memory_mib < self.workload.max_memory:
-            return None
-        return (table.state_id(), key)
+        return (node.state_id(), key)
 
     def _best(self, node: NodeState, request: PodRequest) -> Best:
         before = self.node_frag(node)

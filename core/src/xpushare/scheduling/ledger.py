@@ -357,6 +357,7 @@ class UsageLedger:
         self._clock += 1
         state.version = self._clock
         state.memo = {}
+        state.state_key = None
 
     # -- whole-state views (tests, self-checks, `xpushare fit`) --------------------------------
 

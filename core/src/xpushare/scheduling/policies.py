@@ -69,6 +69,7 @@ class _Ordered(Policy):
 
 class BinpackPolicy(_Ordered):
     name = "binpack"
+    state_pure = True
     description = "fullest node first (HAMi's default node policy)"
 
     def __init__(self, device: DeviceMode = "binpack") -> None:
@@ -80,6 +81,7 @@ class BinpackPolicy(_Ordered):
 
 class SpreadPolicy(_Ordered):
     name = "spread"
+    state_pure = True
     description = "emptiest node first"
 
     def __init__(self, device: DeviceMode = "spread") -> None:
@@ -91,6 +93,7 @@ class SpreadPolicy(_Ordered):
 
 class BestFitPolicy(Policy):
     name = "best-fit"
+    state_pure = True
     description = "least CPU and device capacity left over (FGD paper's BestFit)"
 
     def __init__(

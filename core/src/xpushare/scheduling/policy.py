@@ -22,13 +22,20 @@ if TYPE_CHECKING:
 class Policy:
     """Base class of placement policies; subclasses override :meth:`score`.
 
-    ``cacheable``: the score of a node depends only on that node's state and the request
-    (not on other nodes or time), so the engine may remember it until the node changes.
+    ``cacheable``: the score of a node depends only on that node and the request (not on
+    other nodes or time), so the engine may remember it until the node changes.
     """
 
     name = "policy"
     description = ""
     cacheable = True
+    #: The score depends only on the node's state (device tables, free CPU, free memory:
+    #: :meth:`NodeState.state_id`) and the request, not on its name, labels or position, so
+    #: the engine may give nodes in the same state the same answer. Off unless declared.
+    state_pure = False
+    #: Changes whenever the policy's scores change for the same node state (e.g. a new
+    #: workload): the engine keys what it remembers by it.
+    generation = 0
 
     def score(self, node: NodeState, request: PodRequest) -> float | tuple[float, ...]:
         """How much *request* should go to *node* (it fits there); higher is better.

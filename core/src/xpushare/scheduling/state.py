@@ -273,7 +273,7 @@ def device_signature(d: DeviceState) -> tuple[Any, ...]:
     """What decides whether a request fits one device, and how much of it is free.
 
     (model, physical MiB, free MiB, free compute, entirely free, usable, free units,
-    memory capacity, compute capacity, NUMA node).
+    memory capacity, compute capacity, NUMA node, share slots in use, share slots).
     """
     return (
         d.model_key,
@@ -286,6 +286,8 @@ def device_signature(d: DeviceState) -> tuple[Any, ...]:
         d.memory_cap,
         d.compute_cap,
         -1 if d.numa is None else d.numa,
+        d.used_slots,
+        d.slots,
     )
 
 
@@ -315,6 +317,7 @@ class NodeState:
         "name",
         "orphans",
         "pods",
+        "state_key",
         "tables",
         "version",
     )
@@ -343,6 +346,7 @@ class NodeState:
         self.orphans: dict[tuple[str, str], list[int]] = {}
         self.version = 0
         self.memo: dict[Any, Any] = {}
+        self.state_key: int | None = None
 
     @property
     def cpu_free(self) -> int | None:
@@ -354,3 +358,15 @@ class NodeState:
 
     def table(self, vendor: str) -> DeviceTable | None:
         return self.tables.get(vendor)
+
+    def state_id(self) -> int:
+        """An id equal for nodes in the same state: device tables, free CPU, free memory.
+
+        Everything a placement decision reads about a node except its name, so answers
+        computed for one node serve every node with the same id.
+        """
+        key = self.state_key
+        if key is None:
+            tables = tuple(sorted((v, t.state_id()) for v, t in self.tables.items()))
+            key = self.state_key = intern_signature((tables, self.cpu_free, self.memory_free))
+        return key
