@@ -295,6 +295,22 @@ def test_fgd_cpu_settles_fgd_ties_by_the_gpus_the_cpu_left_would_strand() -> Non
         placer.policy.set_workload(workload)
         picks[name] = placer.select(whole(1, cpu=20000))
     assert picks == {"fgd": "a", "fgd-cpu": "b"}
+    # When much of the workload is pinned to GPU models, fgd-cpu keeps FGD's order.
+    pinned = PodRequest.build(
+        [
+            ContainerRequest(
+                vendor="mock",
+                count=1,
+                compute_percent=100,
+                exclusive=True,
+                models_include=("A100",),
+            )
+        ],
+        cpu_milli=10000,
+    )
+    placer = Placer(ledger, "fgd-cpu")
+    placer.policy.set_workload(Workload.from_requests([whole(1, cpu=10000), pinned]))
+    assert placer.select(whole(1, cpu=20000)) == "a"
 
 
 def test_a_learning_policy_is_not_answered_from_an_older_workload() -> None:
