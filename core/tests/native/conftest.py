@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
 from xpushare.native import LibraryThread, NativeLibrary
 from xpushare.testing.clib import compile_shared_library
 

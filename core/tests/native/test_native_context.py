@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+
 from xpushare.native import LibraryNotFound, NativeLibrary, NodeContext, NotOnLibraryThread
 
 

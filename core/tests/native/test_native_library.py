@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from xpushare.native import (
     LibraryNotFound,
     LoadAttempt,

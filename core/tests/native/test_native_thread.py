@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
+
 from xpushare.native import (
     LibraryThread,
     LibraryThreadClosed,
