@@ -1,0 +1,94 @@
+"""The whole pod flow with a MetaX GPU in sGPU mode on the fake MXSML library.
+
+webhook -> /filter -> /bind in the real scheduler (the official kubernetes client against the
+fake API server), the real node agent publishing the GPU it detected through the plugin, and
+the fake kubelet admitting the pod over the device-plugin gRPC API: a pod asking for an sGPU
+in HAMi's units gets the control and DRM nodes and its slice named in ``METAX_SGPUS``, the
+webhook writes the default QoS policy, and deleting the pod gives the slice back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from others_podflow import handoff_released, refused_then_fits_after_delete
+
+from xpushare.plugins import PluginHost
+from xpushare.testing.apiserver import pod
+from xpushare.testing.hosts import vendor_host
+from xpushare.testing.podflow import PodFlow
+from xpushare_others.metax import plugin
+
+NODE = "node-a"
+SGPU = "metax-tech.com/sgpu"
+CORE = "metax-tech.com/vcore"
+MEM = "metax-tech.com/vmemory"
+GIB_KIB = 1024**2
+BDF = "0000:30:00.0"
+DEVICE = {
+    "uuid": "GPU-mx-0",
+    "name": "MXC500",
+    "bdf": BDF,
+    "vram_kib": 64 * GIB_KIB,
+    "vram_used_kib": 3 * GIB_KIB,
+    "dram_ue": 0,
+    "usage": 40,
+    "temp_centi": 4250,
+    "power_mw": 201_000,
+}
+
+
+def _host(**config: Any) -> PluginHost:
+    return vendor_host("metax", plugin, config, node_name=NODE if config else None)
+
+
+def _host_tree(root: Path) -> Path:
+    """/dev/mxcd and one GPU's DRM nodes, and its sysfs entry (NUMA, drm/)."""
+    (root / "dev/dri").mkdir(parents=True)
+    for name in ("dev/mxcd", "dev/dri/card1", "dev/dri/renderD129"):
+        (root / name).touch()
+    dev = root / "sys/bus/pci/devices" / BDF
+    (dev / "drm/card1").mkdir(parents=True)
+    (dev / "drm/renderD129").mkdir()
+    (dev / "numa_node").write_text("0\n")
+    return root
+
+
+async def test_a_metax_sgpu_goes_from_the_webhook_to_the_kubelet_and_back(
+    table_for: Callable[[str], Any], mxsml_lib: Path, tmp_path: Path
+) -> None:
+    table_for("FAKE_MXSML_TABLE").write(DEVICE)
+    host = _host_tree(tmp_path / "host")
+    node = _host(
+        library_path=str(mxsml_lib),
+        search_loader_path=False,
+        host_root=str(host),
+        sysfs_root=str(host / "sys"),
+    )
+    flow = PodFlow(
+        node, _host(), vendor="metax", scheduler_settings={"bind.repair_interval_s": 0.05}
+    )
+    # 40 GiB (a bare vmemory is GiB) of the 64 and 30 % of the cores: two do not fit.
+    limits = {SGPU: "1", MEM: "40", CORE: "30"}
+    async with flow:
+        assert flow.resource == SGPU
+        first = await flow.schedule(pod("infer", limits=limits))
+        annotations = first["metadata"]["annotations"]
+        assert annotations["metax-tech.com/sgpu-qos-policy"] == "best-effort"
+        main = (await flow.allocate(first))["main"]
+        assert main.envs["XPUSHARE_METAX_DEVICES"] == "GPU-mx-0"
+        assert main.envs["METAX_SGPUS"] == f"sgpu={BDF};compute=30;vram=40960"
+        assert main.device_specs == {
+            "/dev/mxcd": ("/dev/mxcd", "rw"),
+            "/dev/dri/card1": ("/dev/dri/card1", "rw"),
+            "/dev/dri/renderD129": ("/dev/dri/renderD129", "rw"),
+        }
+        assert main.mounts == {}
+        await handoff_released(flow)
+
+        second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
+        again = (await flow.allocate(second))["main"]
+        assert again.envs["METAX_SGPUS"] == f"sgpu={BDF};compute=30;vram=40960"
+        await handoff_released(flow)
