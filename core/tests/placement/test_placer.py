@@ -234,6 +234,65 @@ def test_a_vendor_with_its_own_fit_is_asked_through_its_hook() -> None:
     assert placer.decide(placer.request(pod), "n").containers[0].devices[0].device_id == "p1"
 
 
+def test_a_vendor_fit_that_answers_none_falls_back_to_the_default_fit() -> None:
+    asked: list[int] = []
+
+    class Partial:
+        """Answers two-device requests itself (the last two devices); leaves the rest."""
+
+        @hookimpl
+        def xpushare_vendor(self) -> VendorSpec:
+            return VendorSpec(
+                name="partial",
+                api_version=API_VERSION,
+                resource_names=ResourceNames(count="partial.example.com/gpu"),
+            )
+
+        @hookimpl
+        def xpushare_fit(self, request: ContainerRequest, node: Any) -> FitResult | None:
+            asked.append(request.count)
+            if request.count != 2:
+                return None
+            from xpushare.models import DeviceSlice
+
+            picked = sorted(node.devices, key=lambda d: d.index)[-2:]
+            return FitResult(
+                fits=True,
+                devices=tuple(
+                    DeviceSlice(device_id=d.id, index=d.index, memory_mib=1, compute_percent=0)
+                    for d in picked
+                ),
+            )
+
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("partial", Partial())
+    handle = host.vendor("partial")
+    ledger = UsageLedger()
+    devices = [
+        Device(vendor="partial", id=f"q{i}", index=i, model="Q", memory_mib=10) for i in range(4)
+    ]
+    ledger.set_node("n", devices)
+    placer = Placer(ledger, "binpack", host=host)
+
+    def pod(count: int) -> PodView:
+        limits = {"partial.example.com/gpu": str(count)}
+        return PodView(
+            ref=PodRef(name=f"p{count}"), containers=(ContainerView(name="c", limits=limits),)
+        )
+
+    two = placer.decide(placer.request(pod(2)), "n")
+    assert [s.device_id for s in two.containers[0].devices] == ["q2", "q3"]
+    one = placer.decide(placer.request(pod(1)), "n")
+    # The vendor was asked and said None: the default fit placed it, on a device it chose.
+    assert asked[-1] == 1 and len(one.containers[0].devices) == 1
+    # The vendor's own answer alone, without the core's default behind it, is None here.
+    request = placer.request(pod(1)).demands[0].request
+    usage = ledger.device_usage("n", "partial")
+    view = ledger.node_view("n", "partial")
+    assert handle.own_fit(request=request, node=view, usage=usage, device_order=()) is None
+    assert handle.fit(request=request, node=view, usage=usage, device_order=()).fits
+
+
 def test_pods_are_parsed_by_the_vendors_hooks_with_cpu_and_memory() -> None:
     host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
     host.register("mock", mock_plugin)

@@ -544,10 +544,10 @@ class Placer:
             use = None if demand.init else extra
             order = self._order(state, table, demand)
             fitter = fitters.get(demand.vendor)
-            if fitter is not None:
-                picks, reasons = fitter(state, table, demand, order, use, True)
-            else:
-                picks, reasons = fit_demand(table, demand, order, use, full=True)
+            answer = fitter(state, table, demand, order, use, True) if fitter else None
+            if answer is None:
+                answer = fit_demand(table, demand, order, use, full=True)
+            picks, reasons = answer
             if picks is None:
                 message = summarize(reasons, len(table.devices), demand)
                 results.append(FitResult(fits=False, reasons=dict(reasons), message=message))
@@ -581,10 +581,10 @@ class Placer:
             order: Sequence[DeviceState] | None,
             extra: Extra | None,
             full: bool,
-        ) -> tuple[list[Pick] | None, dict[FitReason, int]]:
+        ) -> tuple[list[Pick] | None, dict[FitReason, int]] | None:
             usage = _usage_with(table, extra)
             try:
-                result = handle.fit(
+                result = handle.own_fit(
                     request=demand.request,
                     node=ledger.node_view(node.name, demand.vendor),
                     usage=usage,
@@ -594,6 +594,8 @@ class Placer:
             except PluginError as exc:
                 log.warning("vendor %s: fit on node %s failed: %s", handle.name, node.name, exc)
                 return None, {FitReason.VENDOR_ERROR: 1}
+            if result is None:
+                return None  # the vendor leaves it to the default fit on the prebuilt table
             if not result.fits:
                 return None, dict(result.reasons or {FitReason.NOT_ENOUGH_FIT: 1})
             picks: list[Pick] = []

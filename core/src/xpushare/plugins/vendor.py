@@ -75,7 +75,9 @@ class VendorHandle:
         self._pm = pm
         self._plugin = plugin
         self._callers: dict[str, Any] = {}
+        self._own_callers: dict[str, Any] = {}
         self._others: list[object] = []
+        self._core_defaults: object | None = None
         self._fast: dict[str, Callable[..., Any]] = {}
         self._node_name = node_name or socket.gethostname()
         self._config = {**spec.config, **(config or {})}
@@ -87,7 +89,9 @@ class VendorHandle:
     def rewire(self, other_vendor_plugins: Sequence[object], core_defaults: object | None) -> None:
         """Rebuild the subset callers after the set of loaded vendors changed."""
         self._others = [p for p in other_vendor_plugins if p is not self._plugin]
+        self._core_defaults = core_defaults
         self._callers.clear()
+        self._own_callers.clear()
         self._fast.clear()
         # Fast path: when only the core's default answers a scheduler-side hook (no vendor
         # impl, no extension, no tracing), call it directly: /filter calls fit per node.
@@ -104,6 +108,15 @@ class VendorHandle:
         if caller is None:
             caller = self._pm.subset_hook_caller(hook, remove_plugins=self._others)
             self._callers[hook] = caller
+        return caller
+
+    def _own_caller(self, hook: str) -> Any:
+        """A caller without the core's defaults: the vendor (and extensions) only."""
+        caller = self._own_callers.get(hook)
+        if caller is None:
+            removed = [*self._others, *([self._core_defaults] if self._core_defaults else [])]
+            caller = self._pm.subset_hook_caller(hook, remove_plugins=removed)
+            self._own_callers[hook] = caller
         return caller
 
     def implements(self, hook: str) -> bool:
@@ -175,6 +188,38 @@ class VendorHandle:
         raw = self._call("xpushare_fit", **kwargs)
         if raw is None:
             raise PluginError(self.name, "xpushare_fit: no implementation answered")
+        return self._checked("xpushare_fit", lambda: validation.fit(raw, request, node))
+
+    def own_fit(
+        self,
+        *,
+        request: ContainerRequest,
+        node: NodeView,
+        usage: Mapping[str, DeviceUsage],
+        device_order: Sequence[str],
+        memory_overcommit: float = 1.0,
+    ) -> FitResult | None:
+        """The vendor's own fit, or ``None`` when it leaves the request to the core default.
+
+        The placement engine calls this instead of :meth:`fit` so that a ``None`` falls
+        back to its own prebuilt device tables rather than to the default hook, which
+        would rebuild them from the views for every node.
+        """
+        try:
+            raw = self._own_caller("xpushare_fit")(
+                request=request,
+                node=node,
+                usage=usage,
+                device_order=device_order,
+                memory_overcommit=memory_overcommit,
+            )
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:
+            message = f"xpushare_fit raised {type(exc).__name__}: {exc}"
+            raise PluginError(self.name, message) from exc
+        if raw is None:
+            return None
         return self._checked("xpushare_fit", lambda: validation.fit(raw, request, node))
 
     def score(

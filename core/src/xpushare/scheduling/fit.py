@@ -37,10 +37,11 @@ Pick = tuple[DeviceState, int, int, bool, str | None]
 Extra = dict[str, list[int]]
 #: A policy's preferred device order for one demand on one table (None: inventory order).
 DeviceOrder = Callable[[NodeState, DeviceTable, Demand], Sequence[DeviceState] | None]
-#: A vendor's own fit for one demand: (node, table, demand, order, extra, full) -> picks, why.
+#: A vendor's own fit for one demand: (node, table, demand, order, extra, full) -> picks, why;
+#: ``None`` leaves the demand to the default fit.
 DemandFitter = Callable[
     [NodeState, DeviceTable, Demand, Sequence[DeviceState] | None, Extra | None, bool],
-    tuple[list[Pick] | None, dict[FitReason, int]],
+    tuple[list[Pick] | None, dict[FitReason, int]] | None,
 ]
 
 _NONE = (0, 0, 0, 0)
@@ -269,7 +270,8 @@ def fit_pod(
     against the node as it is; app containers run together, so each sees the devices the
     ones before it took. With ``quick`` a demand is first checked against the table's
     summaries (the answer is the same; only the reason is coarser). *custom* maps a vendor
-    to its own fit, used instead of the default for that vendor's demands.
+    to its own fit, used instead of the default for that vendor's demands unless it answers
+    ``None``.
     """
     reason = host_reject(node, request)
     if reason is not None:
@@ -292,10 +294,10 @@ def fit_pod(
                     examined=len(table.devices),
                 )
         devices = order(node, table, demand) if order is not None else None
-        if fitter is not None:
-            picks, reasons = fitter(node, table, demand, devices, use, full)
-        else:
-            picks, reasons = fit_demand(table, demand, devices, use, full=full)
+        answer = fitter(node, table, demand, devices, use, full) if fitter is not None else None
+        if answer is None:
+            answer = fit_demand(table, demand, devices, use, full=full)
+        picks, reasons = answer
         if picks is None:
             return PodFit(False, reasons=reasons, failed=demand, examined=len(table.devices))
         out.append((demand, picks))
