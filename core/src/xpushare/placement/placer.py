@@ -20,6 +20,7 @@ import itertools
 import logging
 import random
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ from xpushare.scheduling.fit import HOST_REJECTS, Extra, Pick, add_extra, slices
 from xpushare.scheduling.policies import emptiest_first, fullest_first
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Sequence
 
     from xpushare.models import PodView
     from xpushare.plugins import PluginHost, VendorHandle
@@ -645,11 +646,28 @@ class Placer:
         return out
 
 
-def _usage_with(table: DeviceTable, extra: Extra | None) -> dict[str, DeviceUsage]:
-    usage = {}
-    for d in table.devices:
+class _TableUsage(Mapping[str, DeviceUsage]):
+    """Per-device usage of one table (plus the pod's earlier containers), built on access.
+
+    A vendor's own fit usually looks at the usage of a few devices, or none when it leaves
+    the request to the default fit; building every ``DeviceUsage`` up front cost more than
+    the whole default fit.
+    """
+
+    __slots__ = ("_built", "_extra", "_table")
+
+    def __init__(self, table: DeviceTable, extra: Extra | None) -> None:
+        self._table = table
+        self._extra = extra
+        self._built: dict[str, DeviceUsage] = {}
+
+    def __getitem__(self, device_id: str) -> DeviceUsage:
+        found = self._built.get(device_id)
+        if found is not None:
+            return found
+        d = self._table.by_id[device_id]  # KeyError for a device not in the table
         u = d.to_usage()
-        e = extra.get(d.id) if extra else None
+        e = self._extra.get(device_id) if self._extra else None
         if e is not None:
             u = u.model_copy(
                 update={
@@ -659,8 +677,18 @@ def _usage_with(table: DeviceTable, extra: Extra | None) -> dict[str, DeviceUsag
                     "exclusive": u.exclusive or e[3] > 0,
                 }
             )
-        usage[d.id] = u
-    return usage
+        self._built[device_id] = u
+        return u
+
+    def __iter__(self) -> Iterator[str]:
+        return (d.id for d in self._table.devices)
+
+    def __len__(self) -> int:
+        return len(self._table.devices)
+
+
+def _usage_with(table: DeviceTable, extra: Extra | None) -> Mapping[str, DeviceUsage]:
+    return _TableUsage(table, extra)
 
 
 __all__ = [
