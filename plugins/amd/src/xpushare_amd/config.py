@@ -9,16 +9,13 @@ misspelled key is an error that names it instead of a silently ignored setting.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from xpushare.models import ResourceNames
+from xpushare.vendorconfig import load_settings, validate
 
 VENDOR: Final = "amd"
 
@@ -84,23 +81,7 @@ def load_file(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
     :raises ValueError: the file cannot be read or is not a mapping; the message names it.
     """
-    env = os.environ if environ is None else environ
-    raw: dict[str, Any] = {}
-    path = env.get(CONFIG_ENV, "").strip()
-    if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-            data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ValueError(
-                f"cannot read the AMD config file {path} ({CONFIG_ENV}): {exc}"
-            ) from exc
-        if data is not None and not isinstance(data, dict):
-            raise ValueError(f"the AMD config file {path} ({CONFIG_ENV}) must hold a mapping")
-        raw.update(data or {})
-    if env.get(LIBRARY_ENV):
-        raw["library_path"] = env[LIBRARY_ENV]
-    return raw
+    return load_settings("AMD", CONFIG_ENV, LIBRARY_ENV, environ)
 
 
 def parse(settings: Mapping[str, Any]) -> AmdConfig:
@@ -108,7 +89,4 @@ def parse(settings: Mapping[str, Any]) -> AmdConfig:
     if isinstance(settings.get("rocm_roots"), str):
         roots = str(settings["rocm_roots"]).split(",")
         settings = {**settings, "rocm_roots": tuple(r.strip() for r in roots if r.strip())}
-    try:
-        return AmdConfig.model_validate(dict(settings))
-    except ValidationError as exc:
-        raise ValueError(f"invalid AMD vendor config: {exc}") from None
+    return validate(AmdConfig, settings, lambda exc: f"invalid AMD vendor config: {exc}")

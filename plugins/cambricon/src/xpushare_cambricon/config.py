@@ -10,16 +10,15 @@ values HAMi's chart renders), so a HAMi user's MLU pod specs keep their meaning.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from xpushare.models import ResourceNames
+from xpushare.vendorconfig import SettingsCache, load_settings, validate
 
 VENDOR: Final = "cambricon"
 
@@ -98,46 +97,19 @@ def load_file(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
     :raises ValueError: the file cannot be read or is not a mapping; the message names it.
     """
-    env = os.environ if environ is None else environ
-    raw: dict[str, Any] = {}
-    path = env.get(CONFIG_ENV, "").strip()
-    if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-            data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ValueError(
-                f"cannot read the Cambricon config file {path} ({CONFIG_ENV}): {exc}"
-            ) from exc
-        if data is not None and not isinstance(data, dict):
-            raise ValueError(f"the Cambricon config file {path} ({CONFIG_ENV}) must hold a mapping")
-        raw.update(data or {})
-    if env.get(LIBRARY_ENV):
-        raw["library_path"] = env[LIBRARY_ENV]
-    return raw
+    return load_settings("Cambricon", CONFIG_ENV, LIBRARY_ENV, environ)
 
 
 def parse(settings: Mapping[str, Any]) -> CambriconConfig:
     """Validate *settings*; ``ValueError`` names the field and what is wrong with it."""
-    try:
-        return CambriconConfig.model_validate(dict(settings))
-    except ValidationError as exc:
-        raise ValueError(f"invalid Cambricon vendor config: {exc}") from None
+    return validate(
+        CambriconConfig, settings, lambda exc: f"invalid Cambricon vendor config: {exc}"
+    )
 
 
-# Scheduler-side hooks run thousands of times a second with the same VendorSpec.config
-# dict: validate it once. The dict itself is kept in the entry so its id cannot be reused.
-_CACHE: dict[int, tuple[Mapping[str, Any], CambriconConfig]] = {}
-_CACHE_SIZE: Final = 16
+_CACHE: Final[SettingsCache[CambriconConfig]] = SettingsCache()
 
 
 def cached(settings: Mapping[str, Any]) -> CambriconConfig:
     """:func:`parse`, remembered per settings object (the vendor spec's config)."""
-    hit = _CACHE.get(id(settings))
-    if hit is not None and hit[0] is settings:
-        return hit[1]
-    config = parse(settings)
-    if len(_CACHE) >= _CACHE_SIZE:
-        _CACHE.clear()
-    _CACHE[id(settings)] = (settings, config)
-    return config
+    return _CACHE.get(settings, parse)

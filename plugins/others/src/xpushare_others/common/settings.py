@@ -11,15 +11,13 @@ error naming the field in either process.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from xpushare import vendorconfig
 from xpushare.models import ResourceNames
 
 #: HAMi's default number of containers that may share one device, ``deviceSplitCount``
@@ -75,41 +73,20 @@ def load_settings(vendor: str, environ: Mapping[str, str] | None = None) -> dict
 
     :raises ValueError: the file cannot be read or does not hold a mapping; names the file.
     """
-    env = os.environ if environ is None else environ
-    raw: dict[str, Any] = {}
-    name = config_env(vendor)
-    path = env.get(name, "").strip()
-    if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-            data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ValueError(
-                f"cannot read the {vendor} config file {path} ({name}): {exc}"
-            ) from exc
-        if data is not None and not isinstance(data, dict):
-            raise ValueError(f"the {vendor} config file {path} ({name}) must hold a mapping")
-        raw.update(data or {})
-    library = env.get(library_env(vendor), "").strip()
-    if library:
-        raw["library_path"] = library
-    return raw
+    return vendorconfig.load_settings(vendor, config_env(vendor), library_env(vendor), environ)
 
 
 def parse(model: type[C], vendor: str, settings: Mapping[str, Any]) -> C:
     """Validate *settings*; ``ValueError`` names each wrong field and where options are listed."""
-    try:
-        return model.model_validate(dict(settings))
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(section)'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ValueError(
-            f"invalid configuration of vendor {vendor!r}: {problems}. Fix {config_env(vendor)} "
-            f"or the {vendor!r} section of the node agent's configuration (options: "
-            "plugins/others/README.md)."
-        ) from None
+    return vendorconfig.validate(
+        model,
+        settings,
+        lambda exc: (
+            f"invalid configuration of vendor {vendor!r}: {vendorconfig.describe_errors(exc)}. Fix "
+            f"{config_env(vendor)} or the {vendor!r} section of the node agent's configuration "
+            "(options: plugins/others/README.md)."
+        ),
+    )
 
 
 # Scheduler-side hooks run thousands of times a second with the same VendorSpec.config dict:
