@@ -44,6 +44,8 @@ def main(log_level: str) -> None:
                 detect    which devices this machine has, per vendor
                 fit       explain whether a pod fits a node, and why not
                 simulate  replay a workload against a simulated fleet
+    Services:   scheduler the kube-scheduler extender and admission webhook
+                node      the node agent (device plugins, Allocate, metrics)
     """
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
