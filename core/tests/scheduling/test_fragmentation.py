@@ -110,7 +110,7 @@ def test_fgd_moves_a_task_where_fragmentation_grows_least() -> None:
     use(ledger, "p", "n", 1, 40)
     task = share(40)
     policy = FragmentationPolicy(workload((task, 1.0)))
-    growth, picks, _ = policy.best(ledger.nodes["n"], task, picks=True)
+    growth, picks, *_ = policy.best(ledger.nodes["n"], task, picks=True)
     assert picks is not None and picks[0][0].id == "n-0"
     assert growth == 0
     # Putting it on GPU1 instead would have left 200 units unusable.

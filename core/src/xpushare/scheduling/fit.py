@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from xpushare.models import (
     ContainerRequest,
@@ -29,7 +30,17 @@ from xpushare.models import (
     NodeView,
 )
 from xpushare.scheduling.request import Demand, PodRequest
-from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
+from xpushare.scheduling.state import (
+    SIG_FREE_COMPUTE,
+    SIG_FREE_MEMORY,
+    SIG_MEMORY,
+    SIG_MODEL,
+    SIG_USABLE,
+    SIG_WHOLE,
+    DeviceState,
+    DeviceTable,
+    NodeState,
+)
 
 #: One device given to one container: (device, MiB, compute percent, exclusive, partition).
 Pick = tuple[DeviceState, int, int, bool, str | None]
@@ -133,6 +144,31 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
     if compute == 0 and used_compute >= d.compute_cap:
         return FitReason.COMPUTE_EXHAUSTED
     return (d, need, compute, demand.exclusive, partition)
+
+
+def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
+    """Whether a device in state *sig* could hold one part of *demand*.
+
+    :func:`check_device` on the signature instead of the device: the same answer for
+    demands without UUIDs or a partition (a test holds them together), which lets answers
+    be shared by every device in one state.
+    """
+    if not sig[SIG_USABLE]:
+        return False
+    if (demand.include_models or demand.exclude_models) and not demand.model_allowed(
+        sig[SIG_MODEL]
+    ):
+        return False
+    if demand.exclusive and not sig[SIG_WHOLE]:
+        return False
+    if demand.partition is not None:
+        return False
+    if sig[SIG_FREE_MEMORY] < demand.memory_for(sig[SIG_MEMORY]):
+        return False
+    free_compute: int = sig[SIG_FREE_COMPUTE]
+    if free_compute < demand.compute:
+        return False
+    return not (demand.compute == 0 and free_compute <= 0)
 
 
 def fit_demand(

@@ -28,16 +28,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from xpushare.scheduling.fit import Pick, PodFit, check_device, fit_demand, fit_pod
+from xpushare.scheduling.fit import (
+    Pick,
+    PodFit,
+    check_device,
+    fit_demand,
+    fit_pod,
+    sig_can_host,
+)
+from xpushare.scheduling.fragarrays import VendorArrays
+from xpushare.scheduling.fragbatch import BATCH_MIN, batch_demand, search
 from xpushare.scheduling.policy import Policy
 from xpushare.scheduling.state import (
-    SIG_FREE_COMPUTE,
-    SIG_FREE_MEMORY,
-    SIG_MEMORY,
-    SIG_MODEL,
     SIG_UNITS,
-    SIG_USABLE,
-    SIG_WHOLE,
     DeviceState,
     DeviceTable,
     NodeState,
@@ -68,8 +71,12 @@ class Best(NamedTuple):
     growth: float
     #: The devices chosen (one-demand pods), else ``None``.
     picks: list[Pick] | None
-    #: The states of the changed device tables after the placement, by vendor.
-    after: dict[str, State]
+    #: The states of the changed device tables after the placement, by vendor; ``None``
+    #: when the batch search measured it (which fills ``tie`` where one is wanted).
+    after: dict[str, State] | None
+    #: Growth of the CPU-aware measure by the same placement, where the batch search
+    #: measured it (see :class:`~xpushare.scheduling.hostaware.FgdCpuPolicy`).
+    tie: float | None = None
 
 
 _NO_FIT = Best(float("inf"), None, {})
@@ -117,6 +124,10 @@ class Workload:
         if any(w < 0 for w in weights) or (shapes and total <= 0):
             raise ValueError("workload weights must be >= 0 and not all 0")
         self.shapes = tuple(shapes)
+        #: The weights as given (task counts, for a learnt or traced workload): the meters
+        #: sum with these and divide once, so sums of integers stay exact in any order.
+        self.raw = tuple(float(w) for w in weights)
+        self.scale = total if shapes else 1.0
         self.weights = tuple(w / total for w in weights) if shapes else ()
         self.max_cpu = max((s.cpu_milli for s in self.shapes), default=0)
         self.max_memory = max((s.memory_mib for s in self.shapes), default=0)
@@ -175,26 +186,6 @@ def _order_key(shape: TaskShape) -> tuple[Any, ...]:
     return (shape.cpu_milli, repr(shape.key), shape.memory_mib)
 
 
-def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
-    """Whether a device in state *sig* could hold one part of *demand* (UUIDs ignored)."""
-    if not sig[SIG_USABLE]:
-        return False
-    if (demand.include_models or demand.exclude_models) and not demand.model_allowed(
-        sig[SIG_MODEL]
-    ):
-        return False
-    if demand.exclusive and not sig[SIG_WHOLE]:
-        return False
-    if demand.partition is not None:
-        return False
-    if sig[SIG_FREE_MEMORY] < demand.memory_for(sig[SIG_MEMORY]):
-        return False
-    free_compute: int = sig[SIG_FREE_COMPUTE]
-    if free_compute < demand.compute:
-        return False
-    return not (demand.compute == 0 and free_compute <= 0)
-
-
 class _Vector:
     """The device-dependent part of a table's fragmentation for every shape."""
 
@@ -220,6 +211,14 @@ class FragmentationMeter:
         self.workload = workload
         self._vectors: dict[tuple[str, int], _Vector] = {}
         self._masks: dict[tuple[str, tuple[Any, ...]], int] = {}
+        self._arrays: dict[str, VendorArrays] = {}
+
+    def arrays(self, vendor: str) -> VendorArrays:
+        """The measure's rows for *vendor* on arrays, for the batch search."""
+        found = self._arrays.get(vendor)
+        if found is None:
+            found = self._arrays[vendor] = VendorArrays(self.workload, vendor, self.host_mask)
+        return found
 
     def host_mask(self, vendor: str, device: tuple[Any, ...]) -> int:
         """Bit i set when a device in state *device* could hold one part of shape i."""
@@ -250,9 +249,7 @@ class FragmentationMeter:
         total = sum(n * units for _, n, units in groups)
         ok_sum = 0.0
         fixes: list[tuple[int, int, float]] = []
-        for i, (shape, w) in enumerate(
-            zip(self.workload.shapes, self.workload.weights, strict=True)
-        ):
+        for i, (shape, w) in enumerate(zip(self.workload.shapes, self.workload.raw, strict=True)):
             demand = shape.demand
             if demand is None or shape.vendor != vendor:
                 ok_sum += w * total
@@ -277,9 +274,11 @@ class FragmentationMeter:
         self._vectors[key] = vec
         return vec
 
-    def table_frag(
+    def table_raw(
         self, vendor: str, state: State, cpu_free: int | None, memory_free: int | None
     ) -> float:
+        """A table's fragmentation times the workload's scale (an integer for counted
+        weights, so sums of these are exact in any order)."""
         vec = self.vector(vendor, state)
         frag = vec.ok_sum
         if vec.fixes and (
@@ -296,10 +295,11 @@ class FragmentationMeter:
     def node_frag(self, node: NodeState) -> float:
         """Fragmentation of *node* now, in units (thousandths of a device)."""
         cpu, mem = node.cpu_free, node.memory_free
-        return sum(
-            self.table_frag(vendor, table_state(table), cpu, mem)
+        raw = sum(
+            self.table_raw(vendor, table_state(table), cpu, mem)
             for vendor, table in node.tables.items()
         )
+        return raw / self.workload.scale
 
     def frag_after_sigs(
         self,
@@ -312,10 +312,11 @@ class FragmentationMeter:
         others as they are) and *cpu_milli*, *memory_mib* more taken."""
         cpu = None if node.cpu_free is None else node.cpu_free - cpu_milli
         mem = None if node.memory_free is None else node.memory_free - memory_mib
-        return sum(
-            self.table_frag(vendor, after.get(vendor) or table_state(table), cpu, mem)
+        raw = sum(
+            self.table_raw(vendor, after.get(vendor) or table_state(table), cpu, mem)
             for vendor, table in node.tables.items()
         )
+        return raw / self.workload.scale
 
     def frag_after(
         self,
@@ -385,7 +386,7 @@ class FragmentationPolicy(Policy):
         # (ints, because hashing a request's nested key on every lookup is slow).
         self._frag_key = next(_memo_ids)
         self._keys: dict[tuple[Any, ...], int] = {}
-        self._by_state: dict[tuple[int, int], tuple[float, dict[str, State]]] = {}
+        self._by_state: dict[tuple[int, int], Best] = {}
 
     def set_workload(self, workload: Workload) -> None:
         self._learn = False
@@ -409,16 +410,20 @@ class FragmentationPolicy(Policy):
             frag = node.memo[key] = self.meter.node_frag(node)
         return float(frag)
 
+    def _request_id(self, request: PodRequest) -> int:
+        key = self._keys.get(request.key)
+        if key is None:
+            key = self._keys[request.key] = next(_memo_ids)
+        return key
+
     def best(self, node: NodeState, request: PodRequest, *, picks: bool = False) -> Best:
         """The best placement of *request* on *node*: growth, picks, signatures after.
 
         ``picks`` are those of a single-demand pod (the common case, chosen device by
         device); they are ``None`` for other pods, and when the answer came from another node
-        in the same state unless *picks* is asked.
+        in the same state or from the batch search, unless *picks* is asked.
         """
-        key = self._keys.get(request.key)
-        if key is None:
-            key = self._keys[request.key] = next(_memo_ids)
+        key = self._request_id(request)
         hit: Best | None = node.memo.get(key)
         if hit is not None and (not picks or hit.picks is not None or len(request.demands) != 1):
             return hit
@@ -426,16 +431,56 @@ class FragmentationPolicy(Policy):
         if skey is not None:
             shared = self._by_state.get(skey)
             if shared is not None:
-                result = Best(shared[0], None, shared[1])
-                node.memo[key] = result
-                return result
+                node.memo[key] = shared
+                return shared
         result = self._best(node, request)
+        self._keep(node, key, skey, result)
+        return result
+
+    def best_many(self, nodes: Sequence[NodeState], request: PodRequest) -> list[Best]:
+        """:meth:`best` of each node; nodes not yet measured are measured together on
+        arrays (:mod:`~xpushare.scheduling.fragbatch`) where the pod allows it."""
+        key = self._request_id(request)
+        share = self._state_key(nodes[0], request, key) is not None if nodes else False
+        by_state = self._by_state
+        out: list[Best | None] = []
+        todo: list[int] = []
+        for node in nodes:
+            hit = node.memo.get(key)
+            if hit is None and share:
+                hit = by_state.get((node.state_key or node.state_id(), key))
+                if hit is not None:
+                    node.memo[key] = hit
+            if hit is None:
+                todo.append(len(out))
+            out.append(hit)
+        demand = batch_demand(request) if len(todo) >= BATCH_MIN else None
+        if demand is not None and self.workload.shapes:
+            found = search(
+                self.meter, self._tie_meter(), [nodes[i] for i in todo], request, demand, key
+            )
+            for i, g in zip(todo, found, strict=True):
+                if g is not None:
+                    node = nodes[i]
+                    out[i] = result = Best(g.growth, None, None, g.tie)
+                    skey = (node.state_key or node.state_id(), key) if share else None
+                    self._keep(node, key, skey, result)
+        for i in todo:
+            if out[i] is None:
+                out[i] = self.best(nodes[i], request)
+        return out  # type: ignore[return-value]
+
+    def _tie_meter(self) -> FragmentationMeter | None:
+        """The measure whose growth the batch search should also report (none for FGD)."""
+        return None
+
+    def _keep(self, node: NodeState, key: int, skey: tuple[int, int] | None, result: Best) -> None:
         node.memo[key] = result
         if skey is not None:
             if len(self._by_state) >= _MAX_STATE_ANSWERS:
                 self._by_state.clear()
-            self._by_state[skey] = (result.growth, result.after)
-        return result
+            # Without picks: they name this node's devices.
+            self._by_state[skey] = result._replace(picks=None) if result.picks else result
 
     def _state_key(self, node: NodeState, request: PodRequest, key: int) -> tuple[int, int] | None:
         """A key under which nodes in the same state share the answer, or ``None``.
@@ -461,40 +506,47 @@ class FragmentationPolicy(Policy):
                 result = check_device(d, demand, None)
                 if type(result) is tuple:
                     candidates.setdefault(cached_signature(d), result)
+            # Signature order, not device order: nodes in the same state then choose alike,
+            # and the batch search (fragbatch) tries them in the same order.
+            growth: dict[tuple[Any, ...], tuple[float, State]] = {}
+            for sig in sorted(candidates):
+                after = sig_after(table, [candidates[sig]])
+                growth[sig] = (
+                    meter.frag_after_sigs(node, {vendor: after}, cpu, mem) - before,
+                    after,
+                )
             if demand.count == 1:
                 best = _NO_FIT
-                for pick in candidates.values():
-                    sig = sig_after(table, [pick])
-                    delta = meter.frag_after_sigs(node, {vendor: sig}, cpu, mem) - before
+                for sig, (delta, after) in growth.items():
                     if delta < best.growth:
-                        best = Best(delta, [pick], {vendor: sig})
+                        best = Best(delta, [candidates[sig]], {vendor: after})
                 return best
-            ranked = sorted(
-                candidates.values(),
-                key=lambda p: meter.frag_after_sigs(
-                    node, {vendor: sig_after(table, [p])}, cpu, mem
-                ),
-            )
-            preferred = [p[0] for p in ranked]
-            order = preferred + [d for d in table.devices if d not in preferred]
+            rank = {sig: i for i, sig in enumerate(sorted(growth, key=lambda g: growth[g][0]))}
+            last = len(rank)
+            order = sorted(table.devices, key=lambda d: rank.get(cached_signature(d), last))
             picks, _ = fit_demand(table, demand, order)
             if picks is None:
                 return _NO_FIT
-            after = {vendor: sig_after(table, picks)}
-            return Best(meter.frag_after_sigs(node, after, cpu, mem) - before, picks, after)
+            after_all = {vendor: sig_after(table, picks)}
+            return Best(meter.frag_after_sigs(node, after_all, cpu, mem) - before, picks, after_all)
         fit = fit_pod(node, request)
         if not fit.fits:
             return _NO_FIT
         by_vendor: dict[str, list[Pick]] = {}
         for demand, picks in fit.picks:
             by_vendor.setdefault(demand.vendor, []).extend(picks)
-        after = {v: sig_after(node.tables[v], p) for v, p in by_vendor.items()}
-        return Best(meter.frag_after_sigs(node, after, cpu, mem) - before, None, after)
+        states = {v: sig_after(node.tables[v], p) for v, p in by_vendor.items()}
+        return Best(meter.frag_after_sigs(node, states, cpu, mem) - before, None, states)
 
     # -- policy ------------------------------------------------------------------------------
 
     def score(self, node: NodeState, request: PodRequest) -> float | tuple[float, ...]:
         return -self.best(node, request).growth
+
+    def score_many(
+        self, nodes: Sequence[NodeState], request: PodRequest
+    ) -> list[float | tuple[float, ...]]:
+        return [-b.growth for b in self.best_many(nodes, request)]
 
     def place(self, node: NodeState, request: PodRequest) -> PodFit | None:
         picks = self.best(node, request, picks=True).picks

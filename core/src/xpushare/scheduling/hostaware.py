@@ -96,9 +96,7 @@ class HostAwareMeter(FragmentationMeter):
         groups = self.groups(vendor, state[1])
         total = sum(n * units for _, n, units in groups)
         rows = []
-        for i, (shape, w) in enumerate(
-            zip(self.workload.shapes, self.workload.weights, strict=True)
-        ):
+        for i, (shape, w) in enumerate(zip(self.workload.shapes, self.workload.raw, strict=True)):
             d = shape.demand
             if d is None or shape.vendor != vendor:
                 continue
@@ -115,7 +113,7 @@ class HostAwareMeter(FragmentationMeter):
         found = self._rows[key] = _Rows(total, rows)
         return found
 
-    def table_frag(
+    def table_raw(
         self, vendor: str, state: State, cpu_free: int | None, memory_free: int | None
     ) -> float:
         table = self.rows(vendor, state)
@@ -130,7 +128,7 @@ class HostAwareMeter(FragmentationMeter):
                 if copies * per_task < units:
                     units = copies * per_task
             used += w * units
-        return table.total - used
+        return self.workload.scale * table.total - used
 
 
 class FgdCpuPolicy(FragmentationPolicy):
@@ -162,11 +160,19 @@ class FgdCpuPolicy(FragmentationPolicy):
             frag = node.memo[self._host_key] = self.host_meter.node_frag(node)
         return float(frag)
 
+    def _tie_meter(self) -> FragmentationMeter | None:
+        return self.host_meter if self.cpu_aware else None
+
     def tiebreak(self, node: NodeState, request: PodRequest) -> tuple[float, ...]:
         if not self.cpu_aware:
             return ()
         best = self.best(node, request)
-        after = self.host_meter.frag_after_sigs(
-            node, best.after, request.cpu_milli, request.memory_mib
-        )
-        return (-(after - self.host_frag(node)), self._best_fit.score(node, request))
+        growth = best.tie
+        if growth is None:
+            if best.after is None:  # measured on arrays without the tie: measure again
+                best = self._best(node, request)
+            after = self.host_meter.frag_after_sigs(
+                node, best.after or {}, request.cpu_milli, request.memory_mib
+            )
+            growth = after - self.host_frag(node)
+        return (-growth, self._best_fit.score(node, request))

@@ -22,6 +22,14 @@ from xpushare.models import Device, DeviceUsage
 UNITS = 1000
 
 
+def units_left(memory_cap: int, free_memory: int, compute_cap: int, free_compute: int) -> int:
+    """Free units of a healthy device: the scarcer of its free memory and compute."""
+    units = UNITS * free_compute // compute_cap if compute_cap > 0 else UNITS
+    if memory_cap > 0:
+        units = min(units, UNITS * free_memory // memory_cap)
+    return max(0, min(UNITS, units))
+
+
 @dataclass(slots=True, eq=False)
 class DeviceState:
     """One device: its inventory facts and what is allocated on it now."""
@@ -78,11 +86,12 @@ class DeviceState:
         """
         if not self.healthy:
             return 0
-        free_compute = self.compute_cap - self.used_compute
-        units = UNITS * free_compute // self.compute_cap if self.compute_cap > 0 else UNITS
-        if self.memory_cap > 0:
-            units = min(units, UNITS * (self.memory_cap - self.used_memory) // self.memory_cap)
-        return max(0, min(UNITS, units))
+        return units_left(
+            self.memory_cap,
+            self.memory_cap - self.used_memory,
+            self.compute_cap,
+            self.compute_cap - self.used_compute,
+        )
 
     def to_usage(self) -> DeviceUsage:
         parts: list[str] = []
@@ -132,6 +141,7 @@ class DeviceTable:
         "slots_total",
         "slots_used",
         "uniform_memory",
+        "uniform_sizes",
         "units_free",
         "units_total",
         "vendor",
@@ -145,6 +155,11 @@ class DeviceTable:
         #: Physical memory of every device when they all have the same, else ``None``: lets a
         #: percent request be checked against the summary without a device scan.
         self.uniform_memory: int | None = memories.pop() if len(memories) == 1 else None
+        #: Every device has the same physical memory and capacities, so a demand takes the
+        #: same units on each (the fragmentation arrays rely on it).
+        self.uniform_sizes = (
+            len({(d.memory_mib, d.memory_cap, d.compute_cap) for d in self.devices}) <= 1
+        )
         self.n_healthy = 0
         self.n_held = 0
         self.n_usable = 0
@@ -288,6 +303,33 @@ def device_signature(d: DeviceState) -> tuple[Any, ...]:
         -1 if d.numa is None else d.numa,
         d.used_slots,
         d.slots,
+    )
+
+
+def booked_signature(
+    sig: tuple[Any, ...], memory: int, compute: int, exclusive: bool
+) -> tuple[Any, ...]:
+    """The signature of a device in state *sig* (usable) with one more container on it.
+
+    Equal to :func:`device_signature` of the device after booking (a test holds them
+    together); computed from the signature, so the batch search needs no device.
+    """
+    free_memory = sig[SIG_FREE_MEMORY] - memory
+    free_compute = sig[SIG_FREE_COMPUTE] - compute
+    used_slots = sig[10] + 1
+    return (
+        sig[SIG_MODEL],
+        sig[SIG_MEMORY],
+        free_memory,
+        free_compute,
+        False,
+        not exclusive and used_slots < sig[11],
+        units_left(sig[7], free_memory, sig[8], free_compute),
+        sig[7],
+        sig[8],
+        sig[9],
+        used_slots,
+        sig[11],
     )
 
 

@@ -1,0 +1,225 @@
+"""The batch search on arrays gives the scalar search's answers, bit for bit.
+
+Random fleets (device sizes, models, health, share slots, partial and exclusive usage, CPU
+and memory left, a second vendor on some nodes) and random workloads; every pod the batch
+search handles is measured both ways on every node, and the answers must be equal, not
+close: the engine mixes the two paths and compares scores for equality.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from xpushare.models import (
+    ContainerAssignment,
+    ContainerRequest,
+    Device,
+    DeviceSlice,
+    PodAssignment,
+)
+from xpushare.scheduling import FragmentationPolicy, PodRequest, UsageLedger, Workload
+from xpushare.scheduling.fit import check_device, sig_can_host
+from xpushare.scheduling.fragbatch import BATCH_MIN, batch_demand, search
+from xpushare.scheduling.hostaware import FgdCpuPolicy
+from xpushare.scheduling.request import Demand
+from xpushare.scheduling.state import (
+    DeviceState,
+    NodeState,
+    booked_signature,
+    cached_signature,
+    device_signature,
+)
+
+MODELS = ("A100", "T4", "V100")
+
+
+def random_fleet(rng: random.Random, nodes: int, uniform: bool) -> UsageLedger:
+    ledger = UsageLedger()
+    for n in range(nodes):
+        name = f"n{n}"
+        model = rng.choice(MODELS)
+        devices = [
+            Device(
+                vendor="acme",
+                id=f"{name}-{i}",
+                index=i,
+                model=model,
+                memory_mib=1000 if uniform else rng.choice((1000, 2000)),
+                share_slots=rng.choice((2, 4, 10)),
+                healthy=rng.random() > 0.05,
+                numa_node=i % 2,
+            )
+            for i in range(rng.choice((1, 2, 4, 8)))
+        ]
+        if rng.random() < 0.2:
+            devices.append(
+                Device(vendor="other", id=f"{name}-o", index=0, model="X", memory_mib=500)
+            )
+        ledger.set_node(
+            name,
+            devices,
+            cpu_milli=rng.choice((None, 16000, 64000)),
+            memory_mib=rng.choice((None, 65536)),
+        )
+        containers = []
+        for d in devices:
+            if d.vendor != "acme" or not d.healthy or rng.random() < 0.3:
+                continue
+            for c in range(rng.choice((1, 1, 2))):
+                if rng.random() < 0.15:
+                    s = DeviceSlice(
+                        device_id=d.id, memory_mib=d.memory_mib, compute_percent=100, exclusive=True
+                    )
+                else:
+                    pct = rng.choice((10, 25, 40, 50, 70))
+                    s = DeviceSlice(
+                        device_id=d.id, memory_mib=d.memory_mib * pct // 100, compute_percent=pct
+                    )
+                containers.append(
+                    ContainerAssignment(container=f"c{d.index}-{c}", vendor="acme", devices=(s,))
+                )
+                if s.exclusive:
+                    break
+        if containers:
+            ledger.add(
+                f"p/{name}",
+                PodAssignment(node=name, containers=tuple(containers)),
+                cpu_milli=rng.choice((0, 4000, 12000, 15000)),
+                memory_mib=rng.choice((0, 8192)),
+            )
+    return ledger
+
+
+def random_pod(rng: random.Random) -> PodRequest:
+    cpu = rng.choice((0, 1000, 4000, 8000))
+    memory = rng.choice((0, 0, 4096))
+    if rng.random() < 0.1:
+        return PodRequest.build(cpu_milli=cpu, memory_mib=memory)
+    kind = rng.random()
+    models = rng.choice(((), (), ("A100",), ("T4", "V100")))
+    if kind < 0.5:
+        pct = rng.choice((10, 20, 25, 30, 50, 75))
+        req = ContainerRequest(
+            vendor="acme",
+            count=rng.choice((1, 1, 1, 2)),
+            memory_percent=pct,
+            compute_percent=pct,
+            models_include=models,
+        )
+    elif kind < 0.6:
+        req = ContainerRequest(vendor="acme", memory_mib=rng.choice((100, 300)), compute_percent=0)
+    else:
+        req = ContainerRequest(
+            vendor="acme",
+            count=rng.choice((1, 1, 2, 4)),
+            compute_percent=100,
+            exclusive=True,
+            models_include=models,
+        )
+    return PodRequest.build([req], cpu_milli=cpu, memory_mib=memory)
+
+
+def scalar_answer(
+    policy: FragmentationPolicy, node: NodeState, request: PodRequest
+) -> tuple[float, float | None]:
+    """The scalar search's growth, and for fgd-cpu the CPU-aware growth of its placement."""
+    best = policy._best(node, request)
+    if not isinstance(policy, FgdCpuPolicy) or best.after is None:
+        return best.growth, None
+    after = policy.host_meter.frag_after_sigs(
+        node, best.after, request.cpu_milli, request.memory_mib
+    )
+    return best.growth, after - policy.host_meter.node_frag(node)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("policy_class", [FragmentationPolicy, FgdCpuPolicy])
+def test_batch_and_scalar_searches_agree_exactly(seed: int, policy_class: type) -> None:
+    rng = random.Random(seed)
+    ledger = random_fleet(rng, 40, uniform=seed % 3 != 0)
+    workload = Workload.from_requests([random_pod(rng) for _ in range(200)], coverage=1.0)
+    policy = policy_class(workload)
+    nodes = list(ledger.nodes.values())
+    compared = 0
+    for i in range(25):
+        request = random_pod(rng)
+        demand = batch_demand(request)
+        if demand is None:
+            continue
+        fitting = [n for n in nodes if policy._best(n, request).growth != float("inf")]
+        if len(fitting) < BATCH_MIN:
+            continue
+        found = search(
+            policy.meter,
+            policy.host_meter if isinstance(policy, FgdCpuPolicy) else None,
+            fitting,
+            request,
+            demand,
+            1000 + i,
+        )
+        for node, g in zip(fitting, found, strict=True):
+            if g is None:
+                continue  # left to the scalar path
+            growth, tie = scalar_answer(policy, node, request)
+            assert g.growth == growth, (node.name, request.describe())
+            if isinstance(policy, FgdCpuPolicy):
+                assert g.tie == tie, (node.name, request.describe())
+            compared += 1
+    assert compared > 50
+
+
+def test_the_policy_answers_alike_through_either_path() -> None:
+    """best_many (arrays for the unmeasured nodes) and best (one by one) rank nodes alike."""
+    rng = random.Random(99)
+    ledger = random_fleet(rng, 60, uniform=True)
+    workload = Workload.from_requests([random_pod(rng) for _ in range(200)])
+    many, one = FgdCpuPolicy(workload), FgdCpuPolicy(workload)
+    nodes = list(ledger.nodes.values())
+    for _ in range(20):
+        request = random_pod(rng)
+        fitting = [n for n in nodes if one._best(n, request).growth != float("inf")]
+        for node in nodes:
+            node.memo = {}
+        batch = many.score_many(fitting, request)
+        for node in nodes:
+            node.memo = {}
+        single = [one.score(n, request) for n in fitting]
+        assert batch == single
+        ties_many = [many.tiebreak(n, request) for n in fitting]
+        for node in nodes:
+            node.memo = {}
+        assert ties_many == [one.tiebreak(n, request) for n in fitting]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_signature_alone_decides_fit_and_the_booked_state(seed: int) -> None:
+    """sig_can_host and booked_signature equal check_device and the device after booking."""
+    rng = random.Random(seed)
+    ledger = random_fleet(rng, 30, uniform=False)
+    devices: list[DeviceState] = [
+        d for n in ledger.nodes.values() for t in n.tables.values() for d in t.devices
+    ]
+    for _ in range(40):
+        request = random_pod(rng)
+        if not request.demands:
+            continue
+        demand: Demand = request.demands[0]
+        for d in devices:
+            pick = check_device(d, demand, None)
+            sig = cached_signature(d)
+            assert sig_can_host(sig, demand) == (type(pick) is tuple)
+            if type(pick) is tuple:
+                booked = booked_signature(sig, pick[1], pick[2], pick[3])
+                d.used_slots += 1
+                d.used_memory += pick[1]
+                d.used_compute += pick[2]
+                d.exclusive += 1 if pick[3] else 0
+                try:
+                    assert booked == device_signature(d)
+                finally:
+                    d.used_slots -= 1
+                    d.used_memory -= pick[1]
+                    d.used_compute -= pick[2]
+                    d.exclusive -= 1 if pick[3] else 0
