@@ -321,14 +321,9 @@ def fit_pod(
         use = None if demand.init else extra
         fitter = custom.get(demand.vendor) if custom else None
         if quick and not use and not full and fitter is None:
-            why = quick_reject(table, demand)
-            if why is not None:
-                return PodFit(
-                    False,
-                    reasons={why: len(table.devices)},
-                    failed=demand,
-                    examined=len(table.devices),
-                )
+            rejected = _quick_failure(table, demand)
+            if rejected is not None:
+                return rejected
         devices = order(node, table, demand) if order is not None else None
         answer = fitter(node, table, demand, devices, use, full) if fitter is not None else None
         if answer is None:
@@ -340,6 +335,29 @@ def fit_pod(
         if not demand.init:
             add_extra(extra, picks)
     return PodFit(True, picks=out)
+
+
+def _quick_failure(table: DeviceTable, demand: Demand) -> PodFit | None:
+    why = quick_reject(table, demand)
+    if why is None:
+        return None
+    n = len(table.devices)
+    return PodFit(False, reasons={why: n}, failed=demand, examined=n)
+
+
+def fit_alone(table: DeviceTable, demand: Demand) -> PodFit:
+    """:func:`fit_pod` for a pod whose one demand is *demand*, host resources checked.
+
+    The placement engine's most frequent question, asked once per table state: without
+    fit_pod's bookkeeping for several containers.
+    """
+    rejected = _quick_failure(table, demand)
+    if rejected is not None:
+        return rejected
+    picks, reasons = fit_demand(table, demand)
+    if picks is None:
+        return PodFit(False, reasons=reasons, failed=demand, examined=len(table.devices))
+    return PodFit(True, picks=[(demand, picks)])
 
 
 def summarize(

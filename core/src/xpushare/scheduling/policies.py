@@ -110,11 +110,15 @@ class BestFitPolicy(Policy):
 
     def score(self, node: NodeState, request: PodRequest) -> float:
         left = 0.0
-        for vendor in request.vendors or node.tables:
-            table = node.tables.get(vendor)
+        tables = node.tables
+        for vendor in request.vendors or tables:
+            table = tables.get(vendor)
             if table is None:
                 continue
-            used = sum(table_demand_units(table, d) for d in request.demands if d.vendor == vendor)
+            used = 0
+            for d in request.demands:
+                if d.vendor == vendor:
+                    used += table_demand_units(table, d)
             left += (table.units_free - used) / self.max_units
         if node.cpu_alloc is not None:
             cpu_left = (node.cpu_alloc - node.cpu_used - request.cpu_milli) / self.max_cpu
