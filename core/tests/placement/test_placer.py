@@ -20,6 +20,7 @@ from xpushare.models import (
     VendorSpec,
 )
 from xpushare.placement import NoFit, PlacementConfig, Placer, policy_registry
+from xpushare.placement.placer import score_key
 from xpushare.plugins import HostSettings, PluginHost, PluginKind
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.plugins.builtin import mock as mock_plugin
@@ -385,3 +386,62 @@ def test_a_learning_policy_is_not_answered_from_an_older_workload() -> None:
         placer.filter(whole(1))
     assert placer.policy.generation > before
     assert placer.select(share(30)) == "b"
+
+
+@pytest.mark.parametrize("policy", ["fgd-cpu", "fgd", "binpack"])
+def test_filter_and_scores_agree_with_a_fit_and_score_of_each_node_alone(policy: str) -> None:
+    """The engine's shortcuts (answers shared by node state, fit read from the kinds of
+    devices, scores measured on arrays) change nothing: every node gets the verdict a
+    fresh engine gives it when asked about that node alone."""
+    import random
+
+    from xpushare.scheduling import Workload, fit_pod
+
+    rng = random.Random(5)
+    ledger = UsageLedger()
+    for n in range(60):
+        name = f"n{n}"
+        ledger.set_node(
+            name,
+            gpus(name, rng.choice((1, 2, 4, 8)), model=rng.choice(("A100", "T4"))),
+            cpu_milli=rng.choice((8000, 32000)),
+            memory_mib=64000,
+        )
+    pods = []
+    for _ in range(80):
+        if rng.random() < 0.5:
+            pct = rng.choice((10, 30, 50, 70))
+            req = ContainerRequest(
+                vendor="mock",
+                count=rng.choice((1, 1, 2)),
+                memory_percent=pct,
+                compute_percent=pct,
+                models_include=rng.choice(((), ("T4",))),
+                numa_bind=rng.random() < 0.2,
+            )
+        else:
+            req = ContainerRequest(
+                vendor="mock", count=rng.choice((1, 2, 4)), compute_percent=100, exclusive=True
+            )
+        pods.append(PodRequest.build([req], cpu_milli=rng.choice((1000, 4000, 12000))))
+    workload = Workload.from_requests(pods)
+    engine = Placer(ledger, policy)
+    engine.policy.set_workload(workload)
+    names = list(ledger.nodes)
+    for i, request in enumerate(pods):
+        result = engine.filter(request, names)
+        scores = engine.scores(request, result.fits)
+        reference = policy_registry().create(policy)  # scores one node at a time
+        reference.set_workload(workload)
+        for name in names:
+            node = ledger.nodes[name]
+            alone = fit_pod(node, request)
+            assert (name in result.fits) == alone.fits, (name, request.describe())
+            if alone.fits:
+                node.memo = {}
+                assert (
+                    scores[name] == score_key(reference.score(node, request))[: len(scores[name])]
+                )
+        if scores:
+            best = max(scores, key=lambda n: scores[n])
+            engine.commit(f"p{i}", request, engine.decide(request, best))

@@ -48,7 +48,15 @@ from xpushare.scheduling import (
     host_reject,
     summarize,
 )
-from xpushare.scheduling.fit import HOST_REJECTS, Extra, Pick, add_extra, fit_alone, slices
+from xpushare.scheduling.fit import (
+    HOST_REJECTS,
+    Extra,
+    Pick,
+    add_extra,
+    fit_alone,
+    sig_can_host,
+    slices,
+)
 from xpushare.scheduling.policies import emptiest_first, fullest_first
 
 if TYPE_CHECKING:
@@ -68,6 +76,9 @@ _memo_ids = itertools.count(1)
 #: Bound of the answers kept per (device-table state, request shape); past it they are
 #: dropped and recomputed (a few hundred KiB).
 _MAX_STATE_ANSWERS = 100_000
+
+#: Requests whose per-device-state fit answers are kept (a few entries each).
+_MAX_REQUEST_KINDS = 10_000
 
 #: A node's score key: compared element by element, higher is better.
 Score = tuple[float, ...]
@@ -160,6 +171,7 @@ class Placer:
         self._by_state: dict[tuple[int, int], PodFit] = {}
         self._by_node_state: dict[tuple[int, int], Verdict] = {}
         self._tiebreaks_by_state: dict[tuple[int, tuple[int, int]], Score] = {}
+        self._kinds: dict[int, dict[tuple[Any, ...], bool]] = {}
         self._last_request: PodRequest | None = None
         self._last_key = 0
         self._last_generation = -1
@@ -258,7 +270,11 @@ class Placer:
         scoring: list[int] = []
         demands = request.demands
         single = len(demands) == 1 and not demands[0].init and self._shareable(request)
+        kinds = self._kind_fits(key, demands[0]) if single else None
         for i, node in enumerate(nodes):
+            if kinds is not None and self._fits_by_kinds(node, request, demands[0], kinds):
+                scoring.append(i)
+                continue
             if single:
                 fit = self._fit_single(node, request, demands[0], key)
             else:
@@ -285,6 +301,39 @@ class Placer:
         return not any(
             d.include_uuids or d.exclude_uuids or d.vendor in self._custom for d in request.demands
         )
+
+    def _kind_fits(self, key: int, demand: Demand) -> dict[tuple[Any, ...], bool] | None:
+        """Whether a device in each state (signature) fits *demand*, filled as met; ``None``
+        when a signature does not decide it (partitions; NUMA-bound multi-device demands)."""
+        if demand.partition is not None or (demand.numa_bind and demand.count > 1):
+            return None
+        found = self._kinds.get(key)
+        if found is None:
+            if len(self._kinds) >= _MAX_REQUEST_KINDS:
+                self._kinds.clear()
+            found = self._kinds[key] = {}
+        return found
+
+    @staticmethod
+    def _fits_by_kinds(
+        node: NodeState, request: PodRequest, demand: Demand, kinds: dict[tuple[Any, ...], bool]
+    ) -> bool:
+        """Whether a one-demand pod fits, from the node's kinds of devices: the fit takes
+        any ``count`` devices that each fit (the same answer as the device walk, which the
+        engine still makes where the pod does not fit, to say why)."""
+        if host_reject(node, request) is not None:
+            return False
+        table = node.tables.get(demand.vendor)
+        if table is None:
+            return False
+        usable = 0
+        for sig, n in table.kinds():
+            ok = kinds.get(sig)
+            if ok is None:
+                ok = kinds[sig] = sig_can_host(sig, demand)
+            if ok:
+                usable += n
+        return usable >= demand.count
 
     def _fit_single(self, node: NodeState, request: PodRequest, demand: Demand, key: int) -> PodFit:
         """Feasibility of a one-container pod, shared between nodes in the same device state.

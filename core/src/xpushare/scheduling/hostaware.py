@@ -181,10 +181,10 @@ class FgdCpuPolicy(FragmentationPolicy):
         bests = self.best_many(nodes, request)
         if not self.cpu_aware:
             return [-b.growth for b in bests]
-        fit = self._best_fit.score
+        fits = self._best_fit.score_each(nodes, request)
         return [
-            (-b.growth, -self._tie(n, request, b), fit(n, request))
-            for n, b in zip(nodes, bests, strict=True)
+            (-b.growth, -self._tie(n, request, b), fit)
+            for n, b, fit in zip(nodes, bests, fits, strict=True)
         ]
 
     def _tie(self, node: NodeState, request: PodRequest, best: Best) -> float:

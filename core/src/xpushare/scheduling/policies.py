@@ -109,16 +109,33 @@ class BestFitPolicy(Policy):
         self.cpu_weight = cpu_weight
 
     def score(self, node: NodeState, request: PodRequest) -> float:
+        return self._score(node, request, {})
+
+    def score_many(
+        self, nodes: Sequence[NodeState], request: PodRequest
+    ) -> list[float | tuple[float, ...]]:
+        return list(self.score_each(nodes, request))
+
+    def score_each(self, nodes: Sequence[NodeState], request: PodRequest) -> list[float]:
+        """:meth:`score` of each node, the demand's units computed once per table size."""
+        units: dict[tuple[str, int, int, int, int], int] = {}
+        return [self._score(node, request, units) for node in nodes]
+
+    def _score(
+        self, node: NodeState, request: PodRequest, units: dict[tuple[str, int, int, int, int], int]
+    ) -> float:
         left = 0.0
         tables = node.tables
         for vendor in request.vendors or tables:
             table = tables.get(vendor)
             if table is None:
                 continue
-            used = 0
-            for d in request.demands:
-                if d.vendor == vendor:
-                    used += table_demand_units(table, d)
+            size = (vendor, len(table.devices), *table.sizes)
+            used = units.get(size)
+            if used is None:
+                used = units[size] = sum(
+                    table_demand_units(table, d) for d in request.demands if d.vendor == vendor
+                )
             left += (table.units_free - used) / self.max_units
         if node.cpu_alloc is not None:
             cpu_left = (node.cpu_alloc - node.cpu_used - request.cpu_milli) / self.max_cpu

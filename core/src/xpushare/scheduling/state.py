@@ -128,6 +128,7 @@ class DeviceTable:
         "compute_cap_total",
         "compute_used",
         "devices",
+        "kind_counts",
         "max_free_compute",
         "max_free_memory",
         "mem_cap_total",
@@ -138,6 +139,7 @@ class DeviceTable:
         "n_whole_free",
         "sig_id",
         "signature",
+        "sizes",
         "slots_total",
         "slots_used",
         "uniform_memory",
@@ -160,6 +162,12 @@ class DeviceTable:
         self.uniform_sizes = (
             len({(d.memory_mib, d.memory_cap, d.compute_cap) for d in self.devices}) <= 1
         )
+        first = self.devices[0] if self.devices else None
+        #: The first device's (physical MiB, memory capacity, compute capacity): the size a
+        #: whole-table estimate of a demand's units is taken at.
+        self.sizes: tuple[int, int, int] = (
+            (first.memory_mib, first.memory_cap, first.compute_cap) if first else (0, 0, 0)
+        )
         self.n_healthy = 0
         self.n_held = 0
         self.n_usable = 0
@@ -176,6 +184,7 @@ class DeviceTable:
         self.units_total = 0
         self.signature: tuple[Any, ...] | None = None
         self.sig_id: int | None = None
+        self.kind_counts: tuple[tuple[tuple[Any, ...], int], ...] | None = None
         self.refresh()
 
     def refresh(self) -> None:
@@ -226,6 +235,17 @@ class DeviceTable:
         self.units_total = units_total
         self.signature = None
         self.sig_id = None
+        self.kind_counts = None
+
+    def kinds(self) -> tuple[tuple[tuple[Any, ...], int], ...]:
+        """(signature, devices in that state) per distinct device state, signature order."""
+        found = self.kind_counts
+        if found is None:
+            found = self.kind_counts = tuple(
+                (sig, sum(1 for _ in same))
+                for sig, same in itertools.groupby(self.state_signature())
+            )
+        return found
 
     def usage_share(self) -> float:
         """How full the table is in [0, 1]: mean of the slot, compute and memory shares.
