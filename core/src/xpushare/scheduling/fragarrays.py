@@ -215,7 +215,7 @@ class VendorArrays:
         unknown = found == UNKNOWN
         if unknown.any():
             keys = self._sigs.keys
-            for row in np.unique(rows[unknown]).tolist():
+            for row in sorted(set(rows[unknown].tolist())):  # (np.unique imports numpy.ma)
                 sig = keys[row]
                 if sig_can_host(sig, demand):
                     need = demand.memory_for(sig[SIG_MEMORY])
