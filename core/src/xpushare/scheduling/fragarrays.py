@@ -112,6 +112,8 @@ class VendorArrays:
         shapes = workload.shapes
         self.shapes = shapes
         self.S = len(shapes)
+        #: Columns the measures sum: C (or H), X, T (or U).
+        self.width = 2 * self.S + 1
         self.W: Floats = np.array(workload.raw, dtype=np.float64)
         self.wsum = float(sum(workload.raw))
         self.K: Floats = np.array(
@@ -131,12 +133,13 @@ class VendorArrays:
         self.mem_asked = self.mem > 0
         self.any_mem = bool(self.mem_asked.any())
         self.cpu_div: Floats = np.where(self.cpu_asked, self.cpu, 1.0)
-        # Signature rows: H (S), X = (1 - H) U (S), P per-task units (S), U (1).
-        # Row 0 is the zero row: "no device", for moves that change nothing.
-        self._sigs = _Rows(3 * self.S + 1)
-        self._sigs.add(None, np.zeros(3 * self.S + 1))
-        # Table-state rows: C (S), X (S), P (S), T (1).
-        self._states = _Rows(3 * self.S + 1)
+        # Signature rows: H (S), X = (1 - H) U (S), U (1), then P per-task units (S), kept
+        # apart from the sums (only the CPU-aware measure reads it). Row 0 is the zero row:
+        # "no device", for moves that change nothing.
+        self._sigs = _Rows(self.width + self.S)
+        self._sigs.add(None, np.zeros(self.width + self.S))
+        # Table-state rows: C (S), X (S), T (1), then P (S).
+        self._states = _Rows(self.width + self.S)
         #: Per request id: the booked signature row of each signature row for that request
         #: (``UNFIT`` where a device in that state cannot take it, ``UNKNOWN`` not yet seen).
         self._booked: dict[int, Ints] = {}
@@ -150,8 +153,8 @@ class VendorArrays:
         found = self._sigs.index.get(sig)
         if found is not None:
             return found
-        S = self.S
-        row = np.zeros(3 * S + 1)
+        S, width = self.S, self.width
+        row = np.zeros(width + S)
         mask = self._host_mask(self.vendor, sig)
         units = sig[SIG_UNITS]
         for i in range(S):
@@ -160,10 +163,10 @@ class VendorArrays:
             row[S + i] = 0 if hosts else units
             d = self.shapes[i].demand
             if d is not None and self.shapes[i].vendor == self.vendor:
-                row[2 * S + i] = d.count * demand_units(d, sig[1], sig[7], sig[8]) or UNITS
+                row[width + i] = d.count * demand_units(d, sig[1], sig[7], sig[8]) or UNITS
             else:
-                row[2 * S + i] = UNITS
-        row[3 * S] = units
+                row[width + i] = UNITS
+        row[2 * S] = units
         return self._sigs.add(sig, row)
 
     def table(
@@ -183,13 +186,13 @@ class VendorArrays:
         for sig, same in itertools.groupby(signature):
             rows.append(self.sig(sig))
             counts.append(sum(1 for _ in same))
-        S = self.S
+        width = self.width
         sigs = self._sigs.data  # read after adding: adding may reallocate the store
-        total = np.zeros(3 * S + 1)
+        total = np.zeros(width + self.S)
         for row, n in zip(rows, counts, strict=True):
-            total += n * sigs[row]
+            total[:width] += n * sigs[row, :width]
         if rows:
-            total[2 * S : 3 * S] = sigs[rows[0]][2 * S : 3 * S]
+            total[width:] = sigs[rows[0], width:]
         found = self._tables[state_id] = (
             self._states.add(state_id, total),
             tuple(rows),
@@ -241,24 +244,34 @@ class VendorArrays:
             self._tables.clear()
             self._states.clear()
             self._sigs.clear()
-            self._sigs.add(None, np.zeros(3 * self.S + 1))
+            self._sigs.add(None, np.zeros(self.width + self.S))
 
     # -- measures ------------------------------------------------------------------------------
 
-    def tables(
-        self, base: Ints, moves: list[tuple[Ints, Ints, Floats | None]]
-    ) -> tuple[Floats, Floats, Floats, Floats]:
-        """C, X, P, T of table states ``base`` with each move (from, to, count) applied."""
-        S = self.S
-        rows = self._states.data[base]
+    def before(self, base: Ints) -> Floats:
+        """C, X, T of the table states ``base``, one row each (columns: see ``split``)."""
+        return self._states.data[base, : self.width]
+
+    def after(self, rows: Floats, moves: list[tuple[Ints, Ints, Floats | None]]) -> Floats:
+        """*rows* (from :meth:`before`) with each move (from, to, how many) applied."""
+        width = self.width
         sigs = self._sigs.data
+        out = rows.copy()
         for src, dst, count in moves:
-            delta = sigs[dst] - sigs[src]
+            delta = sigs[dst, :width] - sigs[src, :width]
             if count is not None:
                 delta *= count[:, None]
-            rows[:, : 2 * S] += delta[:, : 2 * S]
-            rows[:, 3 * S] += delta[:, 3 * S]
-        return rows[:, :S], rows[:, S : 2 * S], rows[:, 2 * S : 3 * S], rows[:, 3 * S]
+            out += delta
+        return out
+
+    def per_task(self, base: Ints) -> Floats:
+        """P of the table states ``base``: units one task of each shape takes."""
+        return self._states.data[base, self.width :]
+
+    def split(self, rows: Floats) -> tuple[Floats, Floats, Floats]:
+        """C, X and T of rows from :meth:`before` or :meth:`after`."""
+        S = self.S
+        return rows[:, :S], rows[:, S : 2 * S], rows[:, 2 * S]
 
     def fgd(self, C: Floats, X: Floats, T: Floats, cpu: Floats, mem: Floats) -> Floats:
         """Raw FGD fragmentation (times the weights' sum) of each row."""
@@ -270,7 +283,7 @@ class VendorArrays:
         return T * self.wsum - usable @ self.W
 
     def host_aware(
-        self, C: Floats, X: Floats, P: Floats, T: Floats, cpu: Floats, mem: Floats
+        self, C: Floats, X: Floats, T: Floats, P: Floats, cpu: Floats, mem: Floats
     ) -> Floats:
         """Raw CPU-aware fragmentation (times the weights' sum) of each row."""
         ok = self.K <= C

@@ -134,18 +134,15 @@ def search(
     base_a = np.array(base, dtype=np.intp)
     scale = meter.workload.scale
 
-    # Every node before, and after each of its candidates, in one evaluation.
-    zero = np.zeros(n, dtype=np.intp)
-    C, X, P, T = arrays.tables(
-        np.concatenate([base_a, base_a[owner]]),
-        [(np.concatenate([zero, src]), np.concatenate([zero, dst]), None)],
-    )
-    row_cpu = np.concatenate([cpu_k, cpu_k[owner] - rcpu])
-    row_mem = np.concatenate([mem_k, mem_k[owner] - rmem])
-    raw = arrays.fgd(C, X, T, row_cpu, row_mem)
-    before = raw[:n] + np.array([o[0] if o else 0.0 for o in others])
+    # Every node before, and after each of its candidates.
+    rows_before = arrays.before(base_a)
+    rows_after = arrays.after(rows_before[owner], [(src, dst, None)])
+    cpu_after, mem_after = cpu_k - rcpu, mem_k - rmem
+    raw_before = arrays.fgd(*arrays.split(rows_before), cpu_k, mem_k)
+    raw_after = arrays.fgd(*arrays.split(rows_after), cpu_after[owner], mem_after[owner])
+    before = raw_before + np.array([o[0] if o else 0.0 for o in others])
     after_other = np.array([o[1] if o else 0.0 for o in others])
-    growth = (raw[n:] + after_other[owner]) / scale - (before / scale)[owner]
+    growth = (raw_after + after_other[owner]) / scale - (before / scale)[owner]
 
     starts = np.concatenate([[0], np.cumsum(per_node)[:-1]]).astype(np.intp)
     if demand.count == 1:
@@ -155,9 +152,13 @@ def search(
         best: list[float | None] = growth[chosen].tolist()
         ties: list[float | None] = [None] * n
         if host is not None:
-            sel = np.concatenate([np.arange(n), n + chosen])
             ties = _ties(
-                arrays, others, (C[sel], X[sel], P[sel], T[sel]), row_cpu[sel], row_mem[sel], scale
+                arrays,
+                others,
+                (rows_before, rows_after[chosen]),
+                arrays.per_task(base_a),
+                (cpu_k, mem_k, cpu_after, mem_after),
+                scale,
             ).tolist()
     else:
         best, ties = _fill(
@@ -213,17 +214,18 @@ def _other_tables(
 def _ties(
     arrays: VendorArrays,
     others: list[Others],
-    tables: tuple[Floats, Floats, Floats, Floats],
-    cpu: Floats,
-    mem: Floats,
+    rows: tuple[Floats, Floats],
+    per_task: Floats,
+    free: tuple[Floats, Floats, Floats, Floats],
     scale: float,
 ) -> Floats:
-    """CPU-aware growth of n nodes: rows 0..n-1 are before, rows n..2n-1 after."""
-    C, X, P, T = tables
-    raw = arrays.host_aware(C, X, P, T, cpu, mem)
-    n = len(others)
-    before = raw[:n] + np.array([o[2] if o else 0.0 for o in others])
-    after = raw[n:] + np.array([o[3] if o else 0.0 for o in others])
+    """CPU-aware growth of each node from *rows* (before, after) and CPU and memory
+    free (before, before, after, after)."""
+    cpu, mem, cpu_after, mem_after = free
+    raw_before = arrays.host_aware(*arrays.split(rows[0]), per_task, cpu, mem)
+    raw_after = arrays.host_aware(*arrays.split(rows[1]), per_task, cpu_after, mem_after)
+    before = raw_before + np.array([o[2] if o else 0.0 for o in others])
+    after = raw_after + np.array([o[3] if o else 0.0 for o in others])
     return after / scale - before / scale  # type: ignore[no-any-return]
 
 
@@ -266,26 +268,21 @@ def _fill(
     for j, take in enumerate(picked):
         for k, (a, b, m) in enumerate(take):
             src_a[j, k], dst_a[j, k], num_a[j, k] = a, b, m
-    C, X, P, T = arrays.tables(
-        base, [(src_a[:, k], dst_a[:, k], num_a[:, k]) for k in range(width)]
+    rows_before = arrays.before(base)
+    rows_after = arrays.after(
+        rows_before, [(src_a[:, k], dst_a[:, k], num_a[:, k]) for k in range(width)]
     )
-    raw = arrays.fgd(C, X, T, cpu - rcpu, mem - rmem)
+    raw = arrays.fgd(*arrays.split(rows_after), cpu - rcpu, mem - rmem)
     growth_n = ((raw + after_other) / scale - before / scale).tolist()
     best: list[float | None] = [g if ok else None for g, ok in zip(growth_n, fits, strict=True)]
     ties: list[float | None] = [None] * n
     if with_ties:
-        C0, X0, P0, T0 = arrays.tables(base, [])
         tie_a = _ties(
             arrays,
             others,
-            (
-                np.concatenate([C0, C]),
-                np.concatenate([X0, X]),
-                np.concatenate([P0, P]),
-                np.concatenate([T0, T]),
-            ),
-            np.concatenate([cpu, cpu - rcpu]),
-            np.concatenate([mem, mem - rmem]),
+            (rows_before, rows_after),
+            arrays.per_task(base),
+            (cpu, mem, cpu - rcpu, mem - rmem),
             scale,
         )
         ties = [t if ok else None for t, ok in zip(tie_a.tolist(), fits, strict=True)]
