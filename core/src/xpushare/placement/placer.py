@@ -87,11 +87,14 @@ Verdict = tuple[bool, Any, Any]
 _LOWEST: Score = (float("-inf"),)
 
 
+_NINES = (9,) * 16  # digits kept, for map(round, ...) over a key's elements
+
+
 def score_key(value: float | Sequence[float]) -> Score:
     """A policy's score as a key; floats are rounded so equal sums compare equal."""
     if isinstance(value, int | float):
         return (round(float(value), 9),)
-    return tuple([round(float(v), 9) for v in value])
+    return tuple(map(round, map(float, value), _NINES))
 
 
 #: Node message when the ledger has never heard of a node.
@@ -272,7 +275,7 @@ class Placer:
         single = len(demands) == 1 and not demands[0].init and self._shareable(request)
         kinds = self._kind_fits(key, demands[0]) if single else None
         for i, node in enumerate(nodes):
-            if kinds is not None and self._fits_by_kinds(node, request, demands[0], kinds):
+            if kinds is not None and _fits_by_kinds(node, request, demands[0], kinds):
                 scoring.append(i)
                 continue
             if single:
@@ -313,27 +316,6 @@ class Placer:
                 self._kinds.clear()
             found = self._kinds[key] = {}
         return found
-
-    @staticmethod
-    def _fits_by_kinds(
-        node: NodeState, request: PodRequest, demand: Demand, kinds: dict[tuple[Any, ...], bool]
-    ) -> bool:
-        """Whether a one-demand pod fits, from the node's kinds of devices: the fit takes
-        any ``count`` devices that each fit (the same answer as the device walk, which the
-        engine still makes where the pod does not fit, to say why)."""
-        if host_reject(node, request) is not None:
-            return False
-        table = node.tables.get(demand.vendor)
-        if table is None:
-            return False
-        usable = 0
-        for sig, n in table.kinds():
-            ok = kinds.get(sig)
-            if ok is None:
-                ok = kinds[sig] = sig_can_host(sig, demand)
-            if ok:
-                usable += n
-        return usable >= demand.count
 
     def _fit_single(self, node: NodeState, request: PodRequest, demand: Demand, key: int) -> PodFit:
         """Feasibility of a one-container pod, shared between nodes in the same device state.
@@ -748,6 +730,27 @@ class Placer:
             vendor_part = sum(vendor_scores) / len(vendor_scores) if vendor_scores else policy_part
             out[name] = (1 - weight) * policy_part + weight * vendor_part
         return out
+
+
+def _fits_by_kinds(
+    node: NodeState, request: PodRequest, demand: Demand, kinds: dict[tuple[Any, ...], bool]
+) -> bool:
+    """Whether a one-demand pod fits, from the node's kinds of devices: the fit takes
+    any ``count`` devices that each fit (the same answer as the device walk, which the
+    engine still makes where the pod does not fit, to say why)."""
+    if host_reject(node, request) is not None:
+        return False
+    table = node.tables.get(demand.vendor)
+    if table is None:
+        return False
+    usable = 0
+    for sig, n in table.kind_counts or table.kinds():
+        ok = kinds.get(sig)
+        if ok is None:
+            ok = kinds[sig] = sig_can_host(sig, demand)
+        if ok:
+            usable += n
+    return usable >= demand.count
 
 
 class _TableUsage(Mapping[str, DeviceUsage]):

@@ -143,8 +143,9 @@ class VendorArrays:
         #: Per request id: the booked signature row of each signature row for that request
         #: (``UNFIT`` where a device in that state cannot take it, ``UNKNOWN`` not yet seen).
         self._booked: dict[int, Ints] = {}
-        #: Per table state id: (state row, signature rows, devices of each), kinds in order.
-        self._tables: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
+        #: Per table state id: (state row, signature rows, devices of each), kinds in order
+        #: (read directly by the batch search's loop; :meth:`table` fills it).
+        self.entries: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
 
     # -- rows ----------------------------------------------------------------------------------
 
@@ -178,7 +179,7 @@ class VendorArrays:
         ``P`` is taken from the first device: the engine sends only tables whose devices
         all have the same sizes here, where every device gives the same per-task units.
         """
-        found = self._tables.get(state_id)
+        found = self.entries.get(state_id)
         if found is not None:
             return found
         rows: list[int] = []
@@ -193,7 +194,7 @@ class VendorArrays:
             total[:width] += n * sigs[row, :width]
         if rows:
             total[width:] = sigs[rows[0], width:]
-        found = self._tables[state_id] = (
+        found = self.entries[state_id] = (
             self._states.add(state_id, total),
             tuple(rows),
             tuple(counts),
@@ -238,10 +239,10 @@ class VendorArrays:
         """Empty the stores past their bounds; call only between batches (rows move)."""
         if self._states.n >= MAX_STATES:
             self._states.clear()
-            self._tables.clear()
+            self.entries.clear()
         if self._sigs.n >= MAX_SIGNATURES:
             self._booked.clear()
-            self._tables.clear()
+            self.entries.clear()
             self._states.clear()
             self._sigs.clear()
             self._sigs.add(None, np.zeros(self.width + self.S))
@@ -296,8 +297,3 @@ class VendorArrays:
             ok &= ~(self.cpu_asked & (copies <= 0))
             units = np.where(self.cpu_asked, np.minimum(units, copies * P), units)
         return T * self.wsum - (units * ok) @ self.W
-
-
-def free_or_inf(value: int | None) -> float:
-    """A node's free CPU or memory for the arrays: unknown is unlimited."""
-    return math.inf if value is None else float(value)

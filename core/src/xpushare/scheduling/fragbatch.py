@@ -20,11 +20,10 @@ demands, and tables whose devices differ in size when the CPU-aware measure is a
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-
-from xpushare.scheduling.fragarrays import free_or_inf
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,22 +86,26 @@ def search(
     lengths: list[int] = []
     others: list[Others] = []
     rcpu, rmem = request.cpu_milli, request.memory_mib
+    entries = arrays.entries
+    need_uniform = host is not None
+    inf = math.inf
     for i, node in enumerate(nodes):
-        table = node.tables.get(vendor)
-        if table is None or (host is not None and not table.uniform_sizes):
+        tables = node.tables
+        table = tables.get(vendor)
+        if table is None or (need_uniform and not table.uniform_sizes):
             continue
-        row, sig_rows, sig_counts = arrays.table(
-            table.sig_id or table.state_id(), table.state_signature()
+        entry = entries.get(table.sig_id or 0) or arrays.table(
+            table.state_id(), table.state_signature()
         )
         kept.append(i)
-        base.append(row)
-        kinds.extend(sig_rows)
-        counts.extend(sig_counts)
-        lengths.append(len(sig_rows))
-        cpu.append(free_or_inf(node.cpu_free))
-        mem.append(free_or_inf(node.memory_free))
+        base.append(entry[0])
+        kinds.extend(entry[1])
+        counts.extend(entry[2])
+        lengths.append(len(entry[1]))
+        cpu.append(inf if node.cpu_alloc is None else node.cpu_alloc - node.cpu_used)
+        mem.append(inf if node.memory_alloc is None else node.memory_alloc - node.memory_used)
         others.append(
-            None if len(node.tables) == 1 else _other_tables(meter, host, node, vendor, rcpu, rmem)
+            None if len(tables) == 1 else _other_tables(meter, host, node, vendor, rcpu, rmem)
         )
     if not kept:
         return out

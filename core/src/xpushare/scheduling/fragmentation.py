@@ -444,21 +444,15 @@ class FragmentationPolicy(Policy):
 
     def best_many(self, nodes: Sequence[NodeState], request: PodRequest) -> list[Best]:
         """:meth:`best` of each node; nodes not yet measured are measured together on
-        arrays (:mod:`~xpushare.scheduling.fragbatch`) where the pod allows it."""
+        arrays (:mod:`~xpushare.scheduling.fragbatch`) where the pod allows it.
+
+        Answers from the arrays are not remembered here: the engine remembers its verdicts
+        per node state, and placing a pod measures its node again for the devices.
+        """
         key = self._request_id(request)
-        share = self._state_key(nodes[0], request, key) is not None if nodes else False
-        by_state = self._by_state
-        out: list[Best | None] = []
-        todo: list[int] = []
-        for node in nodes:
-            hit = node.memo.get(key)
-            if hit is None and share:
-                hit = by_state.get((node.state_key or node.state_id(), key))
-                if hit is not None:
-                    node.memo[key] = hit
-            if hit is None:
-                todo.append(len(out))
-            out.append(hit)
+        memo_hits = [node.memo.get(key) for node in nodes]
+        todo = [i for i, hit in enumerate(memo_hits) if hit is None]
+        out: list[Best | None] = memo_hits
         demand = batch_demand(request) if len(todo) >= BATCH_MIN else None
         if demand is not None and self.workload.shapes:
             found = search(
@@ -466,10 +460,7 @@ class FragmentationPolicy(Policy):
             )
             for i, g in zip(todo, found, strict=True):
                 if g is not None:
-                    node = nodes[i]
-                    out[i] = result = Best(g.growth, None, None, g.tie)
-                    skey = (node.state_key or node.state_id(), key) if share else None
-                    self._keep(node, key, skey, result)
+                    out[i] = Best(g.growth, None, None, g.tie)
         for i in todo:
             if out[i] is None:
                 out[i] = self.best(nodes[i], request)
