@@ -22,7 +22,7 @@ import random
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from xpushare.errors import PluginError
 from xpushare.models import (
@@ -84,6 +84,7 @@ _MAX_REQUEST_KINDS = 10_000
 Score = tuple[float, ...]
 #: A node's answer for a request: (True, score key, None) or (False, why, main reason).
 Verdict = tuple[bool, Any, Any]
+_T = TypeVar("_T")
 _LOWEST: Score = (float("-inf"),)
 
 
@@ -402,7 +403,7 @@ class Placer:
             out = {n: v[1] for n, v in zip(names, verdicts, strict=True) if v[0]}
             return {n: (v,) for n, v in self._blend(request, out).items()} if out else out
         keys = self._keys_by_verdict(request, names, verdicts)
-        return {n: keys[i] for n, i in zip(names, map(id, verdicts), strict=True) if i in keys}
+        return _by_name(names, verdicts, keys)
 
     def _keys_by_verdict(
         self, request: PodRequest, names: list[str], verdicts: list[Verdict]
@@ -414,16 +415,17 @@ class Placer:
         is one lookup. The policy's tie-break is computed only where it decides: for the
         distinct verdicts tied at the top, which spares its cost everywhere else.
         """
-        reps = dict(zip(map(id, verdicts), zip(names, verdicts, strict=True), strict=True))
-        keys: dict[int, Score] = {i: v[1] for i, (_, v) in reps.items() if v[0]}
+        distinct = dict(zip(map(id, verdicts), verdicts, strict=True))
+        keys: dict[int, Score] = {i: v[1] for i, v in distinct.items() if v[0]}
         if not self._tiebreaks or len(keys) < 2:
             return keys
         best = max(keys.values())
         top = [i for i, k in keys.items() if k == best]
         if len(top) > 1:
             nodes = self.ledger.nodes
+            named = dict(zip(map(id, verdicts), names, strict=True))
             for i in top:
-                state = nodes.get(reps[i][0])
+                state = nodes.get(named[i])
                 if state is not None:
                     keys[i] = best + self._tiebreak(state, request)
         return keys
@@ -457,7 +459,7 @@ class Placer:
             return self._scale(self.scores(request, nodes))
         names, verdicts = self._verdicts(request, nodes)
         scaled = self._scale(self._keys_by_verdict(request, names, verdicts))
-        return {n: scaled[i] for n, i in zip(names, map(id, verdicts), strict=True) if i in scaled}
+        return _by_name(names, verdicts, scaled)
 
     @staticmethod
     def _scale(raw: Mapping[Any, Score]) -> dict[Any, float]:
@@ -730,6 +732,15 @@ class Placer:
             vendor_part = sum(vendor_scores) / len(vendor_scores) if vendor_scores else policy_part
             out[name] = (1 - weight) * policy_part + weight * vendor_part
         return out
+
+
+def _by_name(names: list[str], verdicts: list[Verdict], values: Mapping[int, _T]) -> dict[str, _T]:
+    """Per node name, the value of its verdict (by identity); nodes without one left out."""
+    return {
+        n: x
+        for n, x in zip(names, map(values.get, map(id, verdicts)), strict=True)
+        if x is not None
+    }
 
 
 def _fits_by_kinds(
