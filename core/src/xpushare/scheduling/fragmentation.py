@@ -495,8 +495,10 @@ class FragmentationPolicy(Policy):
         demands = request.demands
         if len(demands) == 1 and not demands[0].init:
             demand = demands[0]
-            table = node.tables[demand.vendor]
             vendor = demand.vendor
+            table = node.tables.get(vendor)
+            if table is None:
+                return _NO_FIT
             candidates: dict[tuple[Any, ...], Pick] = {}
             for d in table.devices:
                 result = check_device(d, demand, None)
