@@ -142,10 +142,21 @@ def test_answers_are_remembered_until_the_node_changes() -> None:
     placer = Placer(ledger, "binpack")
     assert placer.filter(share(60)).fits == ["a"]
     state = ledger.node("a")
-    assert state is not None and state.memo
+    assert state is not None and state.shared, "an answer of the node's state alone"
+    before = state.shared
     placer.commit("p", share(60), placer.decide(share(60), "a"))
-    assert not state.memo, "a change must drop the node's remembered answers"
+    assert state.shared is not before and not state.memo, "a change drops its answers"
     assert placer.filter(share(60)).fits == []
+
+
+def test_nodes_in_one_state_share_their_answers() -> None:
+    ledger = fleet(a=[50, 0], b=[0, 50], c=[0, 0])
+    a, b, c = (ledger.nodes[n] for n in "abc")
+    assert a.shared is b.shared, "the same devices in the same state, in another order"
+    assert a.shared is not c.shared
+    placer = Placer(ledger, "fgd")
+    placer.filter(share(30))
+    assert len(a.shared) == 1 and len(c.shared) == 1, "one answer per state"
 
 
 def test_multi_container_pods_share_a_node_and_init_containers_fit_alone() -> None:

@@ -173,7 +173,8 @@ class Placer:
         self.policy: Policy = policy
         self._keys: dict[tuple[Any, ...], int] = {}
         self._by_state: dict[tuple[int, int], PodFit] = {}
-        self._by_node_state: dict[tuple[int, int], Verdict] = {}
+        #: Per memo key: whether its answers depend on the node's state alone.
+        self._share: dict[int, bool] = {}
         self._tiebreaks_by_state: dict[tuple[int, tuple[int, int]], Score] = {}
         self._kinds: dict[int, dict[tuple[Any, ...], bool]] = {}
         self._last_request: PodRequest | None = None
@@ -221,10 +222,11 @@ class Placer:
     def verdict(self, node: NodeState, request: PodRequest) -> Verdict:
         """(True, score, None) when *request* fits *node*, else (False, why, main reason).
 
-        Remembered in the node's memo until the node changes.
+        Remembered until the node changes: in the node's memo, or where the answer depends
+        on the node's state alone, in the answers every node in that state shares.
         """
         key = self._memo_key(request)
-        hit = node.memo.get(key)
+        hit = (node.shared if self._share[key] else node.memo).get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         return self._fill(request, key, [node])[0]
@@ -237,6 +239,7 @@ class Placer:
         key = self._keys.get(full)
         if key is None:
             key = self._keys[full] = next(_memo_ids)
+            self._share[key] = self._pure and self._shareable(request)
         self._last_request, self._last_key = request, key
         self._last_generation = generation
         return key
@@ -244,32 +247,23 @@ class Placer:
     def _fill(self, request: PodRequest, key: int, nodes: Sequence[NodeState]) -> list[Verdict]:
         """Verdicts of *nodes*, which have none remembered for *request*.
 
-        Fit is checked node by node (shared between nodes in the same state when the
-        policy allows); the policy then scores all the nodes that fit in one call, which
-        lets the fragmentation policies measure them together on arrays.
+        Where the answer depends on the node's state alone, it is worked out once per state
+        (nodes in one state share one dict of answers, ``NodeState.shared``). Fit is checked
+        node by node; the policy then scores all the nodes that fit in one call, which lets
+        the fragmentation policies measure them together on arrays.
         """
-        if not (self._pure and self._shareable(request)):
+        if not self._share[key]:
             return self._answer(request, key, nodes)
-        # Group by state first: nodes in one state share one answer. (Comprehensions: at
-        # 5,000 nodes each Python statement per node costs a millisecond.)
-        sids = [node.state_key or node.state_id() for node in nodes]
-        firsts = dict(zip(reversed(sids), reversed(nodes), strict=True))
-        by_state = self._by_node_state
-        known = {sid: by_state.get((sid, key)) for sid in firsts}
-        todo = [sid for sid, v in known.items() if v is None]
+        # One node per shared dict (comprehensions: at 5,000 nodes each Python statement
+        # per node costs a millisecond).
+        firsts = dict(zip(map(id, map(_shared_of, reversed(nodes))), reversed(nodes), strict=True))
+        todo = [node for node in firsts.values() if key not in node.shared]
         if todo:
-            answers = self._answer(request, key, [firsts[sid] for sid in todo])
-            if len(by_state) + len(todo) > _MAX_STATE_ANSWERS:
-                by_state.clear()
-            for sid, v in zip(todo, answers, strict=True):
-                known[sid] = by_state[(sid, key)] = v
-        verdicts: list[Verdict] = [known[sid] for sid in sids]  # type: ignore[misc]
-        for node, v in zip(nodes, verdicts, strict=True):
-            node.memo[key] = v
-        return verdicts
+            self._answer(request, key, todo)
+        return [node.shared[key] for node in nodes]
 
     def _answer(self, request: PodRequest, key: int, nodes: Sequence[NodeState]) -> list[Verdict]:
-        """Fit each node, then score the ones that fit in one call; remembered per node."""
+        """Fit each node, then score the ones that fit in one call; remembered."""
         out: list[Verdict | None] = [None] * len(nodes)
         scoring: list[int] = []
         demands = request.demands
@@ -292,8 +286,9 @@ class Placer:
             scores = self.policy.score_many([nodes[i] for i in scoring], request)
             for i, value in zip(scoring, scores, strict=True):
                 out[i] = (True, score_key(value), None)
+        share = self._share[key]
         for node, v in zip(nodes, out, strict=True):
-            node.memo[key] = v
+            (node.shared if share else node.memo)[key] = v
         return out  # type: ignore[return-value]
 
     def _shareable(self, request: PodRequest) -> bool:
@@ -380,9 +375,12 @@ class Placer:
         else:
             names = nodes if isinstance(nodes, list) else list(nodes)
             states = list(map(table.get, names))
+        store = _shared_of if self._share[key] else _memo_of
         if None in states:  # nodes the ledger does not know
             unknown = self._unknown(request)
-            verdicts = [s.memo.get(key) if s is not None else unknown for s in states]
+            verdicts = [store(s).get(key) if s is not None else unknown for s in states]
+        elif store is _shared_of:
+            verdicts = [s.shared.get(key) for s in states]  # type: ignore[union-attr]
         else:
             verdicts = [s.memo.get(key) for s in states]  # type: ignore[union-attr]
         if None in verdicts:
@@ -493,8 +491,9 @@ class Placer:
         top: list[NodeState] = []
         missing: list[NodeState] = []
         best_score: Score = _LOWEST
+        share = self._share[key]
         for state in self.ledger.nodes.values():
-            v = state.memo.get(key)
+            v = (state.shared if share else state.memo).get(key)
             if v is None:
                 missing.append(state)
                 continue
@@ -741,6 +740,14 @@ def _by_name(names: list[str], verdicts: list[Verdict], values: Mapping[int, _T]
         for n, x in zip(names, map(values.get, map(id, verdicts)), strict=True)
         if x is not None
     }
+
+
+def _shared_of(node: NodeState) -> dict[Any, Any]:
+    return node.shared
+
+
+def _memo_of(node: NodeState) -> dict[Any, Any]:
+    return node.memo
 
 
 def _fits_by_kinds(

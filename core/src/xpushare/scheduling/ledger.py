@@ -24,6 +24,10 @@ from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
 
+#: Node states whose shared answers the ledger keeps (each a small dict): a simulator
+#: replay passes through some 10,000, a cluster's extender through fewer at a time.
+MAX_SHARED_STATES = 20_000
+
 
 @dataclass(frozen=True, slots=True)
 class Charge:
@@ -115,6 +119,7 @@ class UsageLedger:
         self._entries: dict[str, PodEntry] = {}
         self._clock = 0
         self._next_index = 0
+        self._shared: dict[int, dict[Any, Any]] = {}
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -358,6 +363,20 @@ class UsageLedger:
         state.version = self._clock
         state.memo = {}
         state.state_key = None
+        state.shared = self._shared_answers(state.state_id())
+
+    def _shared_answers(self, state_id: int) -> dict[Any, Any]:
+        """The answers every node in state *state_id* shares (``NodeState.shared``).
+
+        State ids are never reused, so a dict stays right for its state; past the bound the
+        table is emptied and nodes entering a state afterwards start a new dict for it.
+        """
+        found = self._shared.get(state_id)
+        if found is None:
+            if len(self._shared) >= MAX_SHARED_STATES:
+                self._shared.clear()
+            found = self._shared[state_id] = {}
+        return found
 
     # -- whole-state views (tests, self-checks, `xpushare fit`) --------------------------------
 

@@ -383,6 +383,7 @@ class NodeState:
         "name",
         "orphans",
         "pods",
+        "shared",
         "state_key",
         "tables",
         "version",
@@ -412,6 +413,10 @@ class NodeState:
         self.orphans: dict[tuple[str, str], list[int]] = {}
         self.version = 0
         self.memo: dict[Any, Any] = {}
+        #: Answers that depend only on the node's state (:meth:`state_id`): one dict for
+        #: every node in the same state, so an answer worked out for one node is there for
+        #: all of them (the ledger swaps it when the node changes).
+        self.shared: dict[Any, Any] = {}
         self.state_key: int | None = None
 
     @property
