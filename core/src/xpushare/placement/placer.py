@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import random
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -226,10 +227,12 @@ class Placer:
         on the node's state alone, in the answers every node in that state shares.
         """
         key = self._memo_key(request)
-        hit = (node.shared if self._share[key] else node.memo).get(key)
-        if hit is not None:
-            return hit  # type: ignore[no-any-return]
-        return self._fill(request, key, [node])[0]
+        store = node.shared if self._share[key] else node.memo
+        hit = store.get(key)
+        if hit is None:
+            self._fill(request, key, [node])
+            hit = store[key]
+        return hit  # type: ignore[no-any-return]
 
     def _memo_key(self, request: PodRequest) -> int:
         generation = self.policy.generation
@@ -244,8 +247,8 @@ class Placer:
         self._last_generation = generation
         return key
 
-    def _fill(self, request: PodRequest, key: int, nodes: Sequence[NodeState]) -> list[Verdict]:
-        """Verdicts of *nodes*, which have none remembered for *request*.
+    def _fill(self, request: PodRequest, key: int, nodes: Sequence[NodeState]) -> None:
+        """Work out and remember the verdicts of *nodes*, which have none for *request*.
 
         Where the answer depends on the node's state alone, it is worked out once per state
         (nodes in one state share one dict of answers, ``NodeState.shared``). Fit is checked
@@ -253,14 +256,15 @@ class Placer:
         the fragmentation policies measure them together on arrays.
         """
         if not self._share[key]:
-            return self._answer(request, key, nodes)
+            self._answer(request, key, nodes)
+            return None
         # One node per shared dict (comprehensions: at 5,000 nodes each Python statement
         # per node costs a millisecond).
         firsts = dict(zip(map(id, map(_shared_of, reversed(nodes))), reversed(nodes), strict=True))
         todo = [node for node in firsts.values() if key not in node.shared]
         if todo:
             self._answer(request, key, todo)
-        return [node.shared[key] for node in nodes]
+        return None
 
     def _answer(self, request: PodRequest, key: int, nodes: Sequence[NodeState]) -> list[Verdict]:
         """Fit each node, then score the ones that fit in one call; remembered."""
@@ -375,20 +379,29 @@ class Placer:
         else:
             names = nodes if isinstance(nodes, list) else list(nodes)
             states = list(map(table.get, names))
-        store = _shared_of if self._share[key] else _memo_of
-        if None in states:  # nodes the ledger does not know
-            unknown = self._unknown(request)
-            verdicts = [store(s).get(key) if s is not None else unknown for s in states]
-        elif store is _shared_of:
-            verdicts = [s.shared.get(key) for s in states]  # type: ignore[union-attr]
-        else:
-            verdicts = [s.memo.get(key) for s in states]  # type: ignore[union-attr]
+        share = self._share[key]
+        verdicts = self._read(states, key, share, request)
         if None in verdicts:
             todo = [i for i, v in enumerate(verdicts) if v is None]
-            found = self._fill(request, key, [states[i] for i in todo])  # type: ignore[misc]
-            for i, v in zip(todo, found, strict=True):
-                verdicts[i] = v
+            self._fill(request, key, [states[i] for i in todo])  # type: ignore[misc]
+            if len(todo) * 4 < len(verdicts):
+                for i in todo:
+                    verdicts[i] = (states[i].shared if share else states[i].memo)[key]  # type: ignore[union-attr]
+            else:  # mostly new (a new pod shape): read them all again, at C speed
+                verdicts = self._read(states, key, share, request)
         return names, verdicts  # type: ignore[return-value]
+
+    def _read(
+        self, states: list[NodeState | None], key: int, share: bool, request: PodRequest
+    ) -> list[Verdict | None]:
+        """The remembered verdict of each node (``None``: none yet)."""
+        if None in states:  # nodes the ledger does not know
+            unknown = self._unknown(request)
+            store = _shared_of if share else _memo_of
+            return [store(s).get(key) if s is not None else unknown for s in states]
+        if share:
+            return [s.shared.get(key) for s in states]  # type: ignore[union-attr]
+        return [s.memo.get(key) for s in states]  # type: ignore[union-attr]
 
     def scores(self, request: PodRequest, nodes: Iterable[str] | None = None) -> dict[str, Score]:
         """The policy's score of every fitting node, as a key: higher is better.
@@ -507,7 +520,9 @@ class Placer:
                 top.append(state)
         if missing:
             merged = False
-            for state, v in zip(missing, self._fill(request, key, missing), strict=True):
+            self._fill(request, key, missing)
+            for state in missing:
+                v = (state.shared if share else state.memo)[key]
                 if not v[0]:
                     continue
                 score = v[1]
@@ -742,12 +757,9 @@ def _by_name(names: list[str], verdicts: list[Verdict], values: Mapping[int, _T]
     }
 
 
-def _shared_of(node: NodeState) -> dict[Any, Any]:
-    return node.shared
-
-
-def _memo_of(node: NodeState) -> dict[Any, Any]:
-    return node.memo
+#: A node's answers shared with its state, and its own (C-level, for map()).
+_shared_of: Callable[[NodeState], dict[Any, Any]] = operator.attrgetter("shared")
+_memo_of: Callable[[NodeState], dict[Any, Any]] = operator.attrgetter("memo")
 
 
 def _fits_by_kinds(
