@@ -10,8 +10,10 @@ per decision (filter then prioritize over every node, as kube-scheduler calls th
 * ``stream``: pods arrive one after another and each is placed and counted, so only the
   node that changed is re-evaluated (the steady state of a scheduler).
 
-Usage: ``uv run python benchmarks/bench_placement.py [--nodes 500,5000] [--policy fgd]``.
-Prints figures; asserts nothing (machines are noisy).
+Usage: ``uv run python benchmarks/bench_placement.py [--nodes 500,5000] [--policy fgd]
+[--runs 3]``. Each configuration runs ``--runs`` times on fresh fleets (different seeds)
+and each figure is the median over the runs, with its range. Prints figures; asserts
+nothing (machines are noisy).
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(n_nodes: int, policy: str, decisions: int, seed: int) -> None:
+def run(n_nodes: int, policy: str, decisions: int, seed: int) -> dict[str, list[float]]:
+    """One fleet, both regimes: the decision times (seconds) of each."""
     ledger = build_fleet(n_nodes, seed)
     # A long-lived scheduler keeps its state out of the cyclic garbage collector (freeze
     # after loading, a larger first generation): its full passes over the millions of small
@@ -103,6 +106,7 @@ def run(n_nodes: int, policy: str, decisions: int, seed: int) -> None:
     gc.set_threshold(GC_GEN0, 50, 100)
     names = list(ledger.nodes)
     stream = pods(decisions, seed + 1)
+    out: dict[str, list[float]] = {}
     for regime in ("cold", "stream"):
         placer = Placer(ledger, policy)
         placer.policy.set_workload(Workload.from_requests(pods(500, seed + 2)))
@@ -123,15 +127,32 @@ def run(n_nodes: int, policy: str, decisions: int, seed: int) -> None:
         # Put the fleet back for the next regime.
         for i in range(placed):
             ledger.remove(f"bench/{i}")
-        p50 = 1000 * statistics.median(times)
-        p99 = 1000 * percentile(times, 0.99)
-        warm = times[WARM_UP:]
-        p99_warm = 1000 * percentile(warm, 0.99)
+        out[regime] = times
+    gc.unfreeze()
+    return out
+
+
+def report(n_nodes: int, policy: str, runs: list[dict[str, list[float]]]) -> None:
+    """Per regime, each figure's median over the runs (and its range when several)."""
+    for regime in ("cold", "stream"):
+        figures: dict[str, list[float]] = {"p50": [], "p99": [], "p99w": [], "max": []}
+        for times in (r[regime] for r in runs):
+            figures["p50"].append(1000 * statistics.median(times))
+            figures["p99"].append(1000 * percentile(times, 0.99))
+            figures["p99w"].append(1000 * percentile(times[WARM_UP:], 0.99))
+            figures["max"].append(1000 * max(times))
         print(
-            f"{n_nodes:>6} nodes  {policy:<8} {regime:<6}  p50 {p50:6.2f} ms  "
-            f"p99 {p99:6.2f} ms  p99 after {WARM_UP} {p99_warm:6.2f} ms  "
-            f"max {1000 * max(times):6.2f} ms  ({len(times)} decisions)"
+            f"{n_nodes:>6} nodes  {policy:<8} {regime:<6}  p50 {show(figures['p50'])}  "
+            f"p99 {show(figures['p99'])}  p99 after {WARM_UP} {show(figures['p99w'])}  "
+            f"max {show(figures['max'])}  ({len(runs[0][regime])} decisions x {len(runs)} runs)"
         )
+
+
+def show(values: list[float]) -> str:
+    """The median of *values* (ms), with their range when there are several."""
+    mid = statistics.median(values)
+    spread = f" [{min(values):.2f}-{max(values):.2f}]" if len(values) > 1 else ""
+    return f"{mid:6.2f} ms{spread}"
 
 
 def main() -> None:
@@ -139,14 +160,21 @@ def main() -> None:
     parser.add_argument("--nodes", default="500,5000")
     parser.add_argument("--policy", default=f"{DEFAULT_POLICY},fgd,binpack")
     parser.add_argument("--decisions", type=int, default=300)
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="independent runs (fresh fleet and engine) per configuration; each figure is "
+        "the median over runs, its range in brackets (shared machines are noisy)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.processor() or platform.machine()}")
     for n in (int(x) for x in args.nodes.split(",")):
+        decisions = args.decisions if n <= 1000 else max(150, args.decisions // 2)
         for policy in dict.fromkeys(args.policy.split(",")):
-            run(
-                n, policy, args.decisions if n <= 1000 else max(150, args.decisions // 2), args.seed
-            )
+            runs = [run(n, policy, decisions, args.seed + 10 * r) for r in range(args.runs)]
+            report(n, policy, runs)
 
 
 if __name__ == "__main__":
