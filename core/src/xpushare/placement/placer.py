@@ -103,6 +103,9 @@ def score_key(value: float | Sequence[float]) -> Score:
     """A policy's score as a key; floats are rounded so equal sums compare equal."""
     if isinstance(value, int | float):
         return (round(float(value), 9),)
+    if type(value) is tuple and len(value) == 3:  # fgd-cpu's key, once per node state
+        a, b, c = value
+        return (round(float(a), 9), round(float(b), 9), round(float(c), 9))
     return tuple(map(round, map(float, value), _NINES))
 
 
@@ -280,10 +283,24 @@ class Placer:
         demands = request.demands
         single = len(demands) == 1 and not demands[0].init and self._shareable(request)
         kinds = self._kind_fits(key, demands[0]) if single else None
+        demand = demands[0] if demands else None
         for i, node in enumerate(nodes):
-            if kinds is not None and _fits_by_kinds(node, request, demands[0], kinds):
-                scoring.append(i)
-                continue
+            if kinds is not None and host_reject(node, request) is None:
+                # The fit read from the node's kinds of devices: any ``count`` devices
+                # that each fit (the device walk below runs only where it does not, to
+                # say why).
+                table = node.tables.get(demand.vendor)  # type: ignore[union-attr]
+                usable = 0
+                if table is not None:
+                    for sig, n in table.kind_counts or table.kinds():
+                        ok = kinds.get(sig)
+                        if ok is None:
+                            ok = kinds[sig] = sig_can_host(sig, demand)  # type: ignore[arg-type]
+                        if ok:
+                            usable += n
+                if usable >= demand.count:  # type: ignore[union-attr]
+                    scoring.append(i)
+                    continue
             if single:
                 fit = self._fit_single(node, request, demands[0], key)
             else:
@@ -767,27 +784,6 @@ def _by_name(names: list[str], verdicts: list[Verdict], values: Mapping[int, _T]
 #: A node's answers shared with its state, and its own (C-level, for map()).
 _shared_of: Callable[[NodeState], dict[Any, Any]] = operator.attrgetter("shared")
 _memo_of: Callable[[NodeState], dict[Any, Any]] = operator.attrgetter("memo")
-
-
-def _fits_by_kinds(
-    node: NodeState, request: PodRequest, demand: Demand, kinds: dict[tuple[Any, ...], bool]
-) -> bool:
-    """Whether a one-demand pod fits, from the node's kinds of devices: the fit takes
-    any ``count`` devices that each fit (the same answer as the device walk, which the
-    engine still makes where the pod does not fit, to say why)."""
-    if host_reject(node, request) is not None:
-        return False
-    table = node.tables.get(demand.vendor)
-    if table is None:
-        return False
-    usable = 0
-    for sig, n in table.kind_counts or table.kinds():
-        ok = kinds.get(sig)
-        if ok is None:
-            ok = kinds[sig] = sig_can_host(sig, demand)
-        if ok:
-            usable += n
-    return usable >= demand.count
 
 
 class _TableUsage(Mapping[str, DeviceUsage]):
