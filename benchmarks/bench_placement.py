@@ -39,8 +39,6 @@ GPUS_PER_NODE = 8
 #: Decisions left out of the "after warm-up" p99: the first time a pod shape meets the
 #: fleet's states, every state is evaluated (about 40 shapes in the mix below).
 WARM_UP = 50
-#: Allocations between two young-generation collections (CPython's default is 700).
-GC_GEN0 = 100_000
 USED_LEVELS = (0, 25, 50, 75, 100)
 
 
@@ -98,12 +96,12 @@ def percentile(values: list[float], q: float) -> float:
 def run(n_nodes: int, policy: str, decisions: int, seed: int) -> dict[str, list[float]]:
     """One fleet, both regimes: the decision times (seconds) of each."""
     ledger = build_fleet(n_nodes, seed)
-    # A long-lived scheduler keeps its state out of the cyclic garbage collector (freeze
-    # after loading, a larger first generation): its full passes over the millions of small
-    # objects of a 5,000-node ledger otherwise stall a decision for 50-300 ms.
+    # As the scheduler service does after its first sync (scheduler/app.py): the loaded
+    # state out of the cyclic garbage collector's reach, whose full passes over the
+    # millions of small objects of a 5,000-node ledger otherwise stall a decision for
+    # 50-300 ms. The collector's thresholds stay CPython's defaults, as in the service.
     gc.collect()
     gc.freeze()
-    gc.set_threshold(GC_GEN0, 50, 100)
     names = list(ledger.nodes)
     stream = pods(decisions, seed + 1)
     out: dict[str, list[float]] = {}
