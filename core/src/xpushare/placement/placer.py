@@ -407,7 +407,10 @@ class Placer:
         verdicts = self._read(states, key, share, request)
         if None in verdicts:
             todo = [i for i, v in enumerate(verdicts) if v is None]
-            self._fill(request, key, [states[i] for i in todo])  # type: ignore[misc]
+            if len(todo) == len(states):  # a new pod shape: every node
+                self._fill(request, key, states)  # type: ignore[arg-type]
+            else:
+                self._fill(request, key, [states[i] for i in todo])  # type: ignore[misc]
             if len(todo) * 4 < len(verdicts):
                 for i in todo:
                     verdicts[i] = (states[i].shared if share else states[i].memo)[key]  # type: ignore[union-attr]
@@ -419,13 +422,14 @@ class Placer:
         self, states: list[NodeState | None], key: int, share: bool, request: PodRequest
     ) -> list[Verdict | None]:
         """The remembered verdict of each node (``None``: none yet)."""
-        if None in states:  # nodes the ledger does not know
+        try:  # (no test for unknown nodes first: a pass over 5,000 nodes costs 0.2 ms)
+            if share:
+                return [s.shared.get(key) for s in states]  # type: ignore[union-attr]
+            return [s.memo.get(key) for s in states]  # type: ignore[union-attr]
+        except AttributeError:  # nodes the ledger does not know
             unknown = self._unknown(request)
             store = _shared_of if share else _memo_of
             return [store(s).get(key) if s is not None else unknown for s in states]
-        if share:
-            return [s.shared.get(key) for s in states]  # type: ignore[union-attr]
-        return [s.memo.get(key) for s in states]  # type: ignore[union-attr]
 
     def scores(self, request: PodRequest, nodes: Iterable[str] | None = None) -> dict[str, Score]:
         """The policy's score of every fitting node, as a key: higher is better.
