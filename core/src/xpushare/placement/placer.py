@@ -282,9 +282,19 @@ class Placer:
         scoring: list[int] = []
         demands = request.demands
         single = len(demands) == 1 and not demands[0].init and self._shareable(request)
-        kinds = self._kind_fits(key, demands[0]) if single else None
+        fit_in_score = single and self.policy.fits_in_score
+        kinds = self._kind_fits(key, demands[0]) if single and not fit_in_score else None
         demand = demands[0] if demands else None
         for i, node in enumerate(nodes):
+            if fit_in_score:
+                # The policy tells which nodes' devices cannot take the pod (answering
+                # None): only the host resources are checked here.
+                reason = host_reject(node, request)
+                if reason is None:
+                    scoring.append(i)
+                else:
+                    out[i] = (False, HOST_REJECTS[reason], reason)
+                continue
             if kinds is not None and host_reject(node, request) is None:
                 # The fit read from the node's kinds of devices: any ``count`` devices
                 # that each fit (the device walk below runs only where it does not, to
@@ -313,7 +323,15 @@ class Placer:
         if scoring:
             scores = self.policy.score_many([nodes[i] for i in scoring], request)
             for i, value in zip(scoring, scores, strict=True):
-                out[i] = (True, score_key(value), None)
+                if value is not None:
+                    out[i] = (True, score_key(value), None)
+                    continue
+                why = self._fit_single(nodes[i], request, demands[0], key) if single else None
+                if why is None or why.fits:  # the policy disagrees: never turn a node away
+                    log.warning("policy %s: no score for a node the pod fits", self.policy.name)
+                    out[i] = (True, _LOWEST, None)
+                else:
+                    out[i] = (False, why, why.primary())
         share = self._share[key]
         for node, v in zip(nodes, out, strict=True):
             (node.shared if share else node.memo)[key] = v

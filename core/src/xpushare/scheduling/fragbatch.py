@@ -41,10 +41,14 @@ BATCH_MIN = 4
 class Growth(NamedTuple):
     """What the search found for one node."""
 
-    #: Growth of FGD's fragmentation, in units.
+    #: Growth of FGD's fragmentation, in units; ``inf`` when the pod does not fit there.
     growth: float
     #: Growth of the CPU-aware fragmentation by the same placement, when asked.
     tie: float | None
+
+
+#: The answer for a node none of whose devices (or not enough of them) could take the pod.
+NO_FIT = Growth(math.inf, None)
 
 
 def batch_demand(request: PodRequest) -> Demand | None:
@@ -68,6 +72,9 @@ def search(
     request_id: int,
 ) -> list[Growth | None]:
     """The best placement's growth on each node (``None``: measure that node one by one).
+
+    A node whose devices cannot take the demand gets :data:`NO_FIT`: for the demands
+    handled here the device signatures decide the fit, so the search answers it too.
 
     *host*, when given, is the CPU-aware meter: each answer then carries its growth for
     the placement FGD chose. *request_id* names the request in the caches.
@@ -117,7 +124,10 @@ def search(
     owner_all = np.repeat(np.arange(len(kept)), lengths)
     per_node = np.bincount(owner_all[fits], minlength=len(kept))
     keep = per_node > 0
-    if not keep.all():  # no device fits (the engine asks only where the pod fits: rare)
+    if not keep.all():  # no device fits: a definite answer (the kinds decide the fit)
+        for i, ok in zip(kept, keep.tolist(), strict=True):
+            if not ok:
+                out[i] = NO_FIT
         renumber = np.cumsum(keep) - 1
         kept = [k for k, ok in zip(kept, keep.tolist(), strict=True) if ok]
         others = [o for o, ok in zip(others, keep.tolist(), strict=True) if ok]
@@ -277,7 +287,7 @@ def _fill(
     )
     raw = arrays.fgd(*arrays.split(rows_after), cpu - rcpu, mem - rmem)
     growth_n = ((raw + after_other) / scale - before / scale).tolist()
-    best: list[float | None] = [g if ok else None for g, ok in zip(growth_n, fits, strict=True)]
+    best: list[float | None] = [g if ok else math.inf for g, ok in zip(growth_n, fits, strict=True)]
     ties: list[float | None] = [None] * n
     if with_ties:
         tie_a = _ties(

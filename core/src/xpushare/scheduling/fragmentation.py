@@ -79,7 +79,8 @@ class Best(NamedTuple):
     tie: float | None = None
 
 
-_NO_FIT = Best(float("inf"), None, {})
+_INF = float("inf")
+_NO_FIT = Best(_INF, None, {})
 
 #: Share of the tasks the representative shapes must cover: the FGD simulator's
 #: ``podPopularityThreshold`` of the paper's runs (95 %), taken in order of popularity.
@@ -365,6 +366,7 @@ class FragmentationPolicy(Policy):
 
     name = "fgd"
     state_pure = True
+    fits_in_score = True
     description = "least growth of fragmentation (FGD, ATC'23)"
 
     def __init__(
@@ -543,8 +545,8 @@ class FragmentationPolicy(Policy):
 
     def score_many(
         self, nodes: Sequence[NodeState], request: PodRequest
-    ) -> list[float | tuple[float, ...]]:
-        return [-b.growth for b in self.best_many(nodes, request)]
+    ) -> list[float | tuple[float, ...] | None]:
+        return [None if b.growth == _INF else -b.growth for b in self.best_many(nodes, request)]
 
     def place(self, node: NodeState, request: PodRequest) -> PodFit | None:
         picks = self.best(node, request, picks=True).picks

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 #: demand (default, gpushare40, multigpu50) the CPU tie-break gains up to a point. Any
 #: threshold between 0 and 33 % separates the traces measured; 10 % is not tuned further.
 PINNED_LIMIT = 0.10
+_INF = float("inf")
 
 
 def pinned_share(workload: Workload) -> float:
@@ -174,16 +175,16 @@ class FgdCpuPolicy(FragmentationPolicy):
 
     def score_many(
         self, nodes: Sequence[NodeState], request: PodRequest
-    ) -> list[float | tuple[float, ...]]:
+    ) -> list[float | tuple[float, ...] | None]:
         # The whole key at once, not a lazy tie-break: the arrays measure the CPU-aware
         # growth with FGD's (fragbatch), and a first pass over the nodes tied on FGD's
         # growth, one by one, cost more than the rest of the decision.
         bests = self.best_many(nodes, request)
         if not self.cpu_aware:
-            return [-b.growth for b in bests]
+            return [None if b.growth == _INF else -b.growth for b in bests]
         fits = self._best_fit.score_each(nodes, request)
         return [
-            (-b.growth, -self._tie(n, request, b), fit)
+            None if b.growth == _INF else (-b.growth, -self._tie(n, request, b), fit)
             for n, b, fit in zip(nodes, bests, fits, strict=True)
         ]
 

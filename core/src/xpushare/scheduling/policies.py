@@ -113,7 +113,7 @@ class BestFitPolicy(Policy):
 
     def score_many(
         self, nodes: Sequence[NodeState], request: PodRequest
-    ) -> list[float | tuple[float, ...]]:
+    ) -> list[float | tuple[float, ...] | None]:
         return list(self.score_each(nodes, request))
 
     def score_each(self, nodes: Sequence[NodeState], request: PodRequest) -> list[float]:

@@ -36,6 +36,11 @@ class Policy:
     #: Changes whenever the policy's scores change for the same node state (e.g. a new
     #: workload): the engine keys what it remembers by it.
     generation = 0
+    #: :meth:`score_many` also tells, by the core's default fit, where a pod of one device
+    #: demand does not fit (it answers ``None`` there): the engine then passes it the nodes
+    #: with the pod's CPU and memory without checking their devices first, and checks only
+    #: the ``None`` ones, to say why. Off unless declared.
+    fits_in_score = False
 
     def score(self, node: NodeState, request: PodRequest) -> float | tuple[float, ...]:
         """How much *request* should go to *node* (it fits there); higher is better.
@@ -48,12 +53,13 @@ class Policy:
 
     def score_many(
         self, nodes: Sequence[NodeState], request: PodRequest
-    ) -> list[float | tuple[float, ...]]:
+    ) -> list[float | tuple[float, ...] | None]:
         """:meth:`score` of each of *nodes* (all fit *request*), in one call.
 
         The engine calls this with the nodes it has no remembered answer for (one node per
         distinct state when the policy is :attr:`state_pure`), so a policy that measures
-        many nodes faster together (on arrays) can; the default scores one by one.
+        many nodes faster together (on arrays) can; the default scores one by one. With
+        :attr:`fits_in_score`, *nodes* may include nodes the pod does not fit: ``None``.
         """
         return [self.score(node, request) for node in nodes]
 
