@@ -37,7 +37,7 @@ from xpushare.scheduling.fit import (
     sig_can_host,
 )
 from xpushare.scheduling.fragarrays import VendorArrays
-from xpushare.scheduling.fragbatch import BATCH_MIN, batch_demand, search
+from xpushare.scheduling.fragbatch import BATCH_MIN, Growth, batch_demand, search
 from xpushare.scheduling.policy import Policy
 from xpushare.scheduling.state import (
     SIG_UNITS,
@@ -444,25 +444,24 @@ class FragmentationPolicy(Policy):
         self._keep(node, key, skey, result)
         return result
 
-    def best_many(self, nodes: Sequence[NodeState], request: PodRequest) -> list[Best]:
-        """:meth:`best` of each node; nodes not yet measured are measured together on
-        arrays (:mod:`~xpushare.scheduling.fragbatch`) where the pod allows it.
+    def best_many(self, nodes: Sequence[NodeState], request: PodRequest) -> list[Best | Growth]:
+        """The growth (and CPU-aware growth, where measured) of the best placement on each
+        node: :meth:`best`, or for the nodes measured together on arrays
+        (:mod:`~xpushare.scheduling.fragbatch`) where the pod allows it, a :class:`Growth`.
 
         Answers from the arrays are not remembered here: the engine remembers its verdicts
         per node state, and placing a pod measures its node again for the devices.
         """
         key = self._request_id(request)
-        memo_hits = [node.memo.get(key) for node in nodes]
-        todo = [i for i, hit in enumerate(memo_hits) if hit is None]
-        out: list[Best | None] = memo_hits
+        out: list[Best | Growth | None] = [node.memo.get(key) for node in nodes]
+        todo = [i for i, hit in enumerate(out) if hit is None]
         demand = batch_demand(request) if len(todo) >= BATCH_MIN else None
         if demand is not None and self.workload.shapes:
             found = search(
                 self.meter, self._tie_meter(), [nodes[i] for i in todo], request, demand, key
             )
             for i, g in zip(todo, found, strict=True):
-                if g is not None:
-                    out[i] = Best(g.growth, None, None, g.tie)
+                out[i] = g
         for i in todo:
             if out[i] is None:
                 out[i] = self.best(nodes[i], request)

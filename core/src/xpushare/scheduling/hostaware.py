@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from xpushare.scheduling.fragbatch import Growth
 from xpushare.scheduling.fragmentation import (
     DEFAULT_COVERAGE,
     Best,
@@ -182,17 +183,21 @@ class FgdCpuPolicy(FragmentationPolicy):
         bests = self.best_many(nodes, request)
         if not self.cpu_aware:
             return [None if b.growth == _INF else -b.growth for b in bests]
-        fits = self._best_fit.score_each(nodes, request)
+        fits = iter(
+            self._best_fit.score_each(
+                [n for n, b in zip(nodes, bests, strict=True) if b.growth != _INF], request
+            )
+        )
         return [
-            None if b.growth == _INF else (-b.growth, -self._tie(n, request, b), fit)
-            for n, b, fit in zip(nodes, bests, fits, strict=True)
+            None if b.growth == _INF else (-b.growth, -self._tie(n, request, b), next(fits))
+            for n, b in zip(nodes, bests, strict=True)
         ]
 
-    def _tie(self, node: NodeState, request: PodRequest, best: Best) -> float:
+    def _tie(self, node: NodeState, request: PodRequest, best: Best | Growth) -> float:
         """Growth of the CPU-aware measure by the placement FGD chose on *node*."""
         if best.tie is not None:
             return best.tie
-        if best.after is None:  # measured on arrays without the tie: measure again
+        if not isinstance(best, Best) or best.after is None:  # measured without it
             best = self._best(node, request)
         after = self.host_meter.frag_after_sigs(
             node, best.after or {}, request.cpu_milli, request.memory_mib
