@@ -456,3 +456,29 @@ def test_filter_and_scores_agree_with_a_fit_and_score_of_each_node_alone(policy:
         if scores:
             best = max(scores, key=lambda n: scores[n])
             engine.commit(f"p{i}", request, engine.decide(request, best))
+
+
+class _ClaimsFitButSaysNone(Policy):
+    """A policy that declares it answers the fit while scoring, and wrongly says no."""
+
+    name = "claims"
+    state_pure = True
+    fits_in_score = True
+
+    def score(self, node: NodeState, request: PodRequest) -> float:
+        return 0.0
+
+    def score_many(self, nodes: Any, request: PodRequest) -> list[Any]:
+        return [None for _ in nodes]
+
+
+def test_a_policy_that_answers_the_fit_is_checked_where_it_says_no(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Where a fits_in_score policy gives no score, the default fit says why; if the pod
+    does fit there, the node stays in (lowest score) and the disagreement is logged."""
+    ledger = fleet(free=[0], full=[100])
+    result = Placer(ledger, _ClaimsFitButSaysNone()).filter(share(50))
+    assert result.fits == ["free"]
+    assert "full" in result.failed and "1 not enough" in result.failed["full"]
+    assert "no score for a node the pod fits" in caplog.text
