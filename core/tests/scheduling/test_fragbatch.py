@@ -21,7 +21,8 @@ from xpushare.models import (
 )
 from xpushare.scheduling import FragmentationPolicy, PodRequest, UsageLedger, Workload
 from xpushare.scheduling.fit import check_device, sig_can_host
-from xpushare.scheduling.fragbatch import BATCH_MIN, batch_demand, search
+from xpushare.scheduling.fragbatch import batch_demand, search
+from xpushare.scheduling.fragmentation import BATCH_MIN
 from xpushare.scheduling.hostaware import FgdCpuPolicy
 from xpushare.scheduling.request import Demand
 from xpushare.scheduling.state import (

@@ -33,10 +33,6 @@ if TYPE_CHECKING:
     from xpushare.scheduling.request import Demand, PodRequest
     from xpushare.scheduling.state import NodeState
 
-#: Nodes below which a batch is not worth it: numpy's fixed cost per operation (~1-5 µs,
-#: some 30 operations) exceeds the scalar search's ~40 µs per node state.
-BATCH_MIN = 4
-
 
 class Growth(NamedTuple):
     """What the search found for one node."""

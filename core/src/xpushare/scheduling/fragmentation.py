@@ -36,8 +36,6 @@ from xpushare.scheduling.fit import (
     fit_pod,
     sig_can_host,
 )
-from xpushare.scheduling.fragarrays import VendorArrays
-from xpushare.scheduling.fragbatch import BATCH_MIN, Growth, batch_demand, search
 from xpushare.scheduling.policy import Policy
 from xpushare.scheduling.state import (
     SIG_UNITS,
@@ -52,6 +50,8 @@ from xpushare.scheduling.state import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from xpushare.scheduling.fragarrays import VendorArrays
+    from xpushare.scheduling.fragbatch import Growth
     from xpushare.scheduling.request import Demand, PodRequest
 
 _memo_ids = itertools.count(-1, -1)
@@ -81,6 +81,13 @@ class Best(NamedTuple):
 
 _INF = float("inf")
 _NO_FIT = Best(_INF, None, {})
+
+#: Nodes below which the policies measure one by one rather than together on arrays
+#: (:mod:`~xpushare.scheduling.fragbatch`): numpy's fixed cost per operation (~1-5 µs, some
+#: 30 operations) exceeds the scalar search's ~40 µs per node state. The array modules are
+#: imported on the first batch, so processes that never place pods (the node agent, the
+#: CLI's other commands) do not load numpy.
+BATCH_MIN = 4
 
 #: Share of the tasks the representative shapes must cover: the FGD simulator's
 #: ``podPopularityThreshold`` of the paper's runs (95 %), taken in order of popularity.
@@ -218,6 +225,8 @@ class FragmentationMeter:
         """The measure's rows for *vendor* on arrays, for the batch search."""
         found = self._arrays.get(vendor)
         if found is None:
+            from xpushare.scheduling.fragarrays import VendorArrays  # numpy: see BATCH_MIN
+
             found = self._arrays[vendor] = VendorArrays(self.workload, vendor, self.host_mask)
         return found
 
@@ -455,13 +464,16 @@ class FragmentationPolicy(Policy):
         key = self._request_id(request)
         out: list[Best | Growth | None] = [node.memo.get(key) for node in nodes]
         todo = [i for i, hit in enumerate(out) if hit is None]
-        demand = batch_demand(request) if len(todo) >= BATCH_MIN else None
-        if demand is not None and self.workload.shapes:
-            found = search(
-                self.meter, self._tie_meter(), [nodes[i] for i in todo], request, demand, key
-            )
-            for i, g in zip(todo, found, strict=True):
-                out[i] = g
+        if len(todo) >= BATCH_MIN and self.workload.shapes:
+            from xpushare.scheduling import fragbatch  # numpy: see BATCH_MIN
+
+            demand = fragbatch.batch_demand(request)
+            if demand is not None:
+                found = fragbatch.search(
+                    self.meter, self._tie_meter(), [nodes[i] for i in todo], request, demand, key
+                )
+                for i, g in zip(todo, found, strict=True):
+                    out[i] = g
         for i in todo:
             if out[i] is None:
                 out[i] = self.best(nodes[i], request)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from xpushare.scheduling.fragbatch import Growth
 from xpushare.scheduling.fragmentation import (
     DEFAULT_COVERAGE,
     Best,
@@ -47,6 +46,7 @@ from xpushare.scheduling.units import demand_units
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from xpushare.scheduling.fragbatch import Growth
     from xpushare.scheduling.request import PodRequest
     from xpushare.scheduling.state import NodeState
 
