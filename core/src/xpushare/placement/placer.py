@@ -54,6 +54,7 @@ from xpushare.scheduling import (
     fit_demand,
     fit_pod,
     host_reject,
+    quick_reject,
     summarize,
 )
 from xpushare.scheduling.fit import (
@@ -288,13 +289,16 @@ class Placer:
         for i, node in enumerate(nodes):
             if fit_in_score:
                 # The policy tells which nodes' devices cannot take the pod (answering
-                # None): only the host resources are checked here.
+                # None): here only the host resources and the table summaries (O(1)) are
+                # checked, which turn most nodes away when few can take the pod.
                 reason = host_reject(node, request)
-                if reason is None:
-                    scoring.append(i)
-                else:
+                if reason is not None:
                     out[i] = (False, HOST_REJECTS[reason], reason)
-                continue
+                    continue
+                table = node.tables.get(demand.vendor)  # type: ignore[union-attr]
+                if table is not None and quick_reject(table, demand) is None:  # type: ignore[arg-type]
+                    scoring.append(i)
+                    continue
             if kinds is not None and host_reject(node, request) is None:
                 # The fit read from the node's kinds of devices: any ``count`` devices
                 # that each fit (the device walk below runs only where it does not, to
