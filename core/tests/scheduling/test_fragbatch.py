@@ -127,7 +127,7 @@ def scalar_answer(
 ) -> tuple[float, float | None]:
     """The scalar search's growth, and for fgd-cpu the CPU-aware growth of its placement."""
     best = policy._best(node, request)
-    if not isinstance(policy, FgdCpuPolicy) or best.after is None:
+    if not isinstance(policy, FgdCpuPolicy):
         return best.growth, None
     after = policy.host_meter.frag_after_sigs(
         node, best.after, request.cpu_milli, request.memory_mib

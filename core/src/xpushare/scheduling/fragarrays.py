@@ -36,7 +36,6 @@ and the engine may mix them (one state alone is measured faster in Python).
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -171,10 +170,10 @@ class VendorArrays:
         return self._sigs.add(sig, row)
 
     def table(
-        self, state_id: int, signature: tuple[Any, ...]
+        self, state_id: int, kinds: tuple[tuple[tuple[Any, ...], int], ...]
     ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
         """A table state's row, and its distinct device signatures' rows with their counts
-        (signature order), added on first sight.
+        (signature order), added on first sight; *kinds* is ``DeviceTable.kinds()``.
 
         ``P`` is taken from the first device: the engine sends only tables whose devices
         all have the same sizes here, where every device gives the same per-task units.
@@ -182,11 +181,8 @@ class VendorArrays:
         found = self.entries.get(state_id)
         if found is not None:
             return found
-        rows: list[int] = []
-        counts: list[int] = []
-        for sig, same in itertools.groupby(signature):
-            rows.append(self.sig(sig))
-            counts.append(sum(1 for _ in same))
+        rows = [self.sig(sig) for sig, _ in kinds]
+        counts = [n for _, n in kinds]
         width = self.width
         sigs = self._sigs.data  # read after adding: adding may reallocate the store
         total = np.zeros(width + self.S)

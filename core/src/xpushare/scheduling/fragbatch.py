@@ -97,9 +97,7 @@ def search(
         table = tables.get(vendor)
         if table is None or (need_uniform and not table.uniform_sizes):
             continue
-        entry = entries.get(table.sig_id or 0) or arrays.table(
-            table.state_id(), table.state_signature()
-        )
+        entry = entries.get(table.sig_id or 0) or arrays.table(table.state_id(), table.kinds())
         kept.append(i)
         base.append(entry[0])
         kinds.extend(entry[1])

@@ -71,12 +71,8 @@ class Best(NamedTuple):
     growth: float
     #: The devices chosen (one-demand pods), else ``None``.
     picks: list[Pick] | None
-    #: The states of the changed device tables after the placement, by vendor; ``None``
-    #: when the batch search measured it (which fills ``tie`` where one is wanted).
-    after: dict[str, State] | None
-    #: Growth of the CPU-aware measure by the same placement, where the batch search
-    #: measured it (see :class:`~xpushare.scheduling.hostaware.FgdCpuPolicy`).
-    tie: float | None = None
+    #: The states of the changed device tables after the placement, by vendor.
+    after: dict[str, State]
 
 
 _INF = float("inf")

@@ -195,11 +195,11 @@ class FgdCpuPolicy(FragmentationPolicy):
 
     def _tie(self, node: NodeState, request: PodRequest, best: Best | Growth) -> float:
         """Growth of the CPU-aware measure by the placement FGD chose on *node*."""
-        if best.tie is not None:
-            return best.tie
-        if not isinstance(best, Best) or best.after is None:  # measured without it
+        if not isinstance(best, Best):  # measured on arrays (fragbatch.Growth)
+            if best.tie is not None:
+                return best.tie
             best = self._best(node, request)
         after = self.host_meter.frag_after_sigs(
-            node, best.after or {}, request.cpu_milli, request.memory_mib
+            node, best.after, request.cpu_milli, request.memory_mib
         )
         return after - self.host_frag(node)
