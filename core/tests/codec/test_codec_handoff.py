@@ -78,7 +78,7 @@ def test_wire_format_is_the_documented_one():
     assert value == (
         '{"v":1,"pod":{"namespace":"ml","name":"train-3",'
         '"uid":"6d0c0a4e-1b2f-4b8e-9b7a-2f1d9c3e4a55"},"vendors":["amd","nvidia"],'
-        '"allocated":["amd"],"since":1700000000.25,"expires":1700000020.25}'
+        '"allocated":["amd"],"since":1700000000.25,"expires":1700000020.25,"term":0}'
     )
     assert decode_handoff(value) == handoff().with_allocated("amd")
 

@@ -24,21 +24,26 @@ from xpushare.codec.handoff import Handoff, decode_handoff, encode_handoff
 from xpushare.codec.inventory import Inventory, InventoryState, decode_inventory, encode_inventory
 from xpushare.codec.keys import (
     ASSIGNMENT_KEY,
+    FENCED_KEY,
     HAMI_CHIP_VENDORS,
     HAMI_ILUVATAR_CHIPS,
     HAMI_KEYS,
     HANDOFF_KEY,
     INVENTORY_KEY_PREFIX,
     KUBERNETES_ANNOTATIONS_LIMIT_BYTES,
+    MAX_TERM,
     MAX_VALUE_BYTES,
+    TERM_KEY,
     HamiKeys,
     hami_keys,
     inventory_key,
+    parse_term,
     vendor_of_inventory_key,
 )
 
 __all__ = [
     "ASSIGNMENT_KEY",
+    "FENCED_KEY",
     "FORMAT_VERSION",
     "HAMI_CHIP_VENDORS",
     "HAMI_ILUVATAR_CHIPS",
@@ -46,7 +51,9 @@ __all__ = [
     "HANDOFF_KEY",
     "INVENTORY_KEY_PREFIX",
     "KUBERNETES_ANNOTATIONS_LIMIT_BYTES",
+    "MAX_TERM",
     "MAX_VALUE_BYTES",
+    "TERM_KEY",
     "HamiKeys",
     "HamiSlice",
     "Handoff",
@@ -64,5 +71,6 @@ __all__ = [
     "hami_keys",
     "hami_pod_assignment",
     "inventory_key",
+    "parse_term",
     "vendor_of_inventory_key",
 ]

@@ -13,7 +13,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from xpushare.codec import _safejson as sj
-from xpushare.codec.keys import HANDOFF_KEY
+from xpushare.codec.keys import HANDOFF_KEY, MAX_TERM
 from xpushare.models import PodRef
 
 _HINT = "it expires on its own; check the version and logs of the scheduler that wrote it"
@@ -23,7 +23,9 @@ class Handoff(BaseModel):
     """The pod a node is handed, the vendors it waits for, and until when.
 
     ``vendors`` and ``allocated`` are kept sorted, so equal handoffs encode equally;
-    times are Unix seconds.
+    times are Unix seconds on the writer's clock (a reader bounds them by its own, see
+    :meth:`expires_for`). ``term`` is the fencing token of the scheduler replica that wrote
+    it (0: written without leader election).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
@@ -33,6 +35,7 @@ class Handoff(BaseModel):
     allocated: tuple[str, ...] = ()
     since: float = Field(ge=0, allow_inf_nan=False)
     expires: float = Field(ge=0, allow_inf_nan=False)
+    term: int = Field(default=0, ge=0, le=MAX_TERM)
 
     @field_validator("vendors", "allocated")
     @classmethod
@@ -56,13 +59,25 @@ class Handoff(BaseModel):
         return self
 
     @classmethod
-    def begin(cls, pod: PodRef, vendors: Iterable[str], *, now: float, ttl_s: float) -> Self:
+    def begin(
+        cls, pod: PodRef, vendors: Iterable[str], *, now: float, ttl_s: float, term: int = 0
+    ) -> Self:
         """A fresh handoff of *pod* at *now*, expiring *ttl_s* seconds later."""
-        return cls(pod=pod, vendors=tuple(vendors), since=now, expires=now + ttl_s)
+        return cls(pod=pod, vendors=tuple(vendors), since=now, expires=now + ttl_s, term=term)
 
     def expired(self, now: float) -> bool:
         """True from the moment *now* (Unix seconds) reaches ``expires``."""
         return now >= self.expires
+
+    def expires_for(self, seen_at: float, ttl_s: float) -> float:
+        """When a reader that first saw this handoff at *seen_at* (its own clock) must take it
+        as expired: never later than *ttl_s* after it saw it.
+
+        Why: ``since`` and ``expires`` are the writer's clock and the writer's word. A skewed
+        clock or a hand-edited annotation (an expiry a year ahead, a start in the future)
+        must not block a node for longer than the configured lifetime.
+        """
+        return min(self.expires, seen_at + ttl_s)
 
     def complete(self) -> bool:
         """True when every vendor of the pod has allocated: the handoff can be released."""
@@ -87,6 +102,7 @@ class Handoff(BaseModel):
             allocated=(*self.allocated, vendor),
             since=self.since,
             expires=self.expires,
+            term=self.term,
         )
 
 

@@ -31,6 +31,20 @@ ASSIGNMENT_KEY = PREFIX + "assignment"
 #: (DESIGN.md §6).
 HANDOFF_KEY = PREFIX + "handoff"
 
+#: Node annotation holding the fencing token (the scheduler's leadership term) of the last
+#: scheduler replica that wrote the node's handoff: a replica of an older term refuses to
+#: write the node, so a deposed leader can never commit a decision there (docs/scheduler.md,
+#: "Why no interleaving can double-book").
+TERM_KEY = PREFIX + "scheduler-term"
+
+#: Pod annotation a newer leader writes on a pod whose bind an older leader left in flight:
+#: writing it changes the pod's resourceVersion, which the old leader's Binding carries as a
+#: precondition, so that Binding is refused by the API server.
+FENCED_KEY = PREFIX + "fenced-by-term"
+
+#: The largest term: the Lease's ``leaseTransitions`` it comes from is an int32.
+MAX_TERM = 2**31 - 1
+
 #: Kubernetes caps the sum of len(key) + len(value) over all annotations of one object at
 #: 262144 bytes (apimachinery objectmeta validation, TotalAnnotationSizeLimitB;
 #: research/k8s-apis.md). A value longer than this cannot have come from the API server, so
@@ -199,3 +213,15 @@ def hami_keys(vendor: str, chip: str | None = None) -> HamiKeys:
             f"no HAMi annotation keys are known for vendor {vendor!r}; known vendors: {known}"
         )
     return keys
+
+
+def parse_term(value: str | None) -> int | None:
+    """The term in a :data:`TERM_KEY` value; ``None`` when absent or malformed.
+
+    Read with bounded cost (at most ten digits are ever converted): the annotation is on a
+    node, which any holder of node patch rights can write.
+    """
+    if value is None or not 0 < len(value) <= 10 or not value.isascii() or not value.isdigit():
+        return None
+    term = int(value)
+    return term if term <= MAX_TERM else None

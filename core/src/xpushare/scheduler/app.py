@@ -121,13 +121,6 @@ class Scheduler:
         self._reported: dict[tuple[str, str, str], str] = {}
         self.cluster = ClusterState(self.ledger, report=self._report)
         self.placer = Placer(self.ledger, host=host, config=placement)
-        self.handoffs = HandoffManager(
-            kube,
-            self.cluster,
-            self.metrics,
-            ttl_s=config.bind.handoff_ttl_s,
-            conflict_retries=config.bind.conflict_retries,
-        )
         self.leader: LeaderElector | None = None
         if config.leader.enabled:
             self.leader = LeaderElector(
@@ -140,6 +133,16 @@ class Scheduler:
                 retry_period_s=config.leader.retry_period_s,
                 on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
             )
+        leader = self.leader
+        self.handoffs = HandoffManager(
+            kube,
+            self.cluster,
+            self.metrics,
+            ttl_s=config.bind.handoff_ttl_s,
+            conflict_retries=config.bind.conflict_retries,
+            term=(lambda: leader.term) if leader is not None else (lambda: None),
+            raise_term=leader.raise_term if leader is not None else None,
+        )
         self.extender = Extender(
             placer=self.placer,
             host=host,
@@ -377,6 +380,8 @@ class Scheduler:
             if self.ready:
                 try:
                     await self.handoffs.repair_all()
+                    left = await self.extender.settle_uncertain()
+                    self.metrics.reservations_uncertain.set(left)
                 except Exception:
                     log.exception("handoff repair failed")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from xpushare.codec import (
     HAMI_ILUVATAR_CHIPS,
     HAMI_KEYS,
     HANDOFF_KEY,
+    TERM_KEY,
     HamiSlice,
     Handoff,
     decode_assignment,
@@ -30,6 +32,7 @@ from xpushare.codec import (
     decode_inventory,
     hami_keys,
     hami_pod_assignment,
+    parse_term,
     vendor_of_inventory_key,
 )
 from xpushare.errors import CodecError
@@ -67,6 +70,11 @@ class NodeRecord:
     handoff_raw: str | None = None
     handoff: Handoff | None = None
     handoff_error: str | None = None
+    #: When this replica first saw the current handoff value (its own clock, Unix seconds):
+    #: the handoff's own times are the writer's clock, so they are bounded by this one.
+    handoff_seen: float = 0.0
+    #: The fencing token of the last scheduler replica that wrote the node (TERM_KEY).
+    term: int | None = None
     memory_sizes: list[tuple[str, int]] = field(default_factory=list)
 
 
@@ -82,8 +90,15 @@ class PodRecord:
 class ClusterState:
     """Nodes and pods from the watches, feeding a :class:`UsageLedger`."""
 
-    def __init__(self, ledger: UsageLedger, *, report: Reporter | None = None) -> None:
+    def __init__(
+        self,
+        ledger: UsageLedger,
+        *,
+        report: Reporter | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.ledger = ledger
+        self._clock = clock
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[str, PodRecord] = {}
         self._by_name: dict[tuple[str, str], str] = {}
@@ -195,11 +210,23 @@ class ClusterState:
             devices = self._node_devices(obj)
             self._set_sizes(record, [(d.vendor, d.memory_mib) for d in devices])
             self.ledger.set_node(name, devices, labels=ob.labels_of(obj))
-        raw = ob.annotations_of(obj).get(HANDOFF_KEY)
+        annotations = ob.annotations_of(obj)
+        term_raw = annotations.get(TERM_KEY)
+        record.term = parse_term(term_raw)
+        if term_raw is not None and record.term is None:
+            self._report(
+                "node",
+                obj,
+                TERM_KEY,
+                f"node {name}: {TERM_KEY}={term_raw[:40]!r} is "
+                "not a term (an integer below 2^31); the next bind on the node rewrites it",
+            )
+        raw = annotations.get(HANDOFF_KEY)
         if raw != record.handoff_raw:
             record.handoff_raw = raw
             record.handoff = None
             record.handoff_error = None
+            record.handoff_seen = self._clock()
             if raw is not None:
                 try:
                     record.handoff = decode_handoff(raw, node=name)

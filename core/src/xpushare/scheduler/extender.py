@@ -9,8 +9,11 @@ Why each verb looks the way it does:
   goes to ``FailedNodes``. Every message is the sentence a user can act on.
 * ``/bind`` decides the devices on the node kube-scheduler chose and reserves them at once
   (no await between the decision and the reservation, so two binds can never get one slice),
-  waits for the node's handoff, and writes the assignment and the Binding in one request.
-  Whatever fails gives the reservation and the handoff back.
+  waits for the node's handoff, and writes the assignment and the Binding in one request,
+  conditioned on the pod's resourceVersion and fenced by the leader's term (handoff.py;
+  docs/scheduler.md, "Why no interleaving can double-book"). Whatever fails gives the
+  reservation and the handoff back, except a Binding whose outcome is unknown: its devices
+  stay booked until the pod is read back.
 
 Handlers take and return plain JSON values; the HTTP layer (``app.py``) does the rest.
 """
@@ -23,15 +26,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xpushare.codec import ASSIGNMENT_KEY, encode_assignment
+from xpushare.codec import ASSIGNMENT_KEY, FENCED_KEY, encode_assignment
 from xpushare.errors import CodecError, PluginError
 from xpushare.models import FitReason, PodAssignment, PodRef, PodView
 from xpushare.placement import FilterResult, NoFit, Placer
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.feasible import FeasibilityChecker
-from xpushare.scheduler.handoff import HandoffAborted, HandoffManager, HandoffTimeout
-from xpushare.scheduler.kube import Kube, KubeError, NotFound
+from xpushare.scheduler.handoff import Fenced, HandoffAborted, HandoffManager, HandoffTimeout
+from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
 
 if TYPE_CHECKING:
     from xpushare.plugins import PluginHost
@@ -99,6 +102,11 @@ class BadRequest(ValueError):
     """The request body is not the shape kube-scheduler sends; the message says why."""
 
 
+class Overbooked(Exception):
+    """The devices decided for a pod were booked meanwhile by a pod this replica had not
+    seen (an older leader's last Binding, read back when this replica took the node over)."""
+
+
 @dataclass
 class _Parsed:
     pod: ob.Object
@@ -150,18 +158,20 @@ class Extender:
         self._is_leader = is_leader or (lambda: True)
         self._pods: OrderedDict[str, ob.Object] = OrderedDict()
         self._aborts: dict[str, asyncio.Event] = {}
+        #: Reservations whose Binding got no answer: kept until the pod is read back.
+        self._uncertain: dict[str, tuple[PodRef, str]] = {}
         cluster.on_pod_deleted.append(self._pod_deleted)
 
     # -- shared ------------------------------------------------------------------------------------
 
     def _pod_deleted(self, key: str) -> None:
-        self._pods.pop(key, None)
         flag = self._aborts.get(key)
         if flag is not None:
             flag.set()
 
     def _remember(self, pod: ob.Object) -> None:
-        key = ob.pod_key(pod)
+        # By namespace/name: /bind names the pod so, and may come without its UID.
+        key = f"{ob.namespace(pod)}/{ob.name(pod)}"
         self._pods[key] = pod
         self._pods.move_to_end(key)
         while len(self._pods) > POD_CACHE_SIZE:
@@ -303,6 +313,12 @@ class Extender:
         self._event(pod, "Warning", "FailedDeviceBinding", message)
         return {"Error": message}
 
+    def _cached_pod(self, namespace: str, name: str, uid: str) -> ob.Object | None:
+        pod = self._pods.get(f"{namespace}/{name}")
+        if pod is not None and uid and ob.uid(pod) != uid:
+            return None  # a pod of the same name from before it was re-created
+        return pod
+
     async def bind(self, args: dict[str, Any]) -> dict[str, Any]:
         fields = {k: args.get(k) for k in ("PodName", "PodNamespace", "PodUID", "Node")}
         for key in ("PodName", "Node"):
@@ -315,8 +331,10 @@ class Extender:
         not_ready = self._not_ready()
         if not_ready:
             return self._bind_failed(stub, "not-ready", not_ready)
-        key = uid or f"{namespace}/{name}"
-        pod = self._pods.get(key)
+        # The term is taken once, before anything is decided: every write of this bind
+        # carries it, so a bind that outlives its term can no longer commit.
+        term = self._term()
+        pod = self._cached_pod(namespace, name, uid)
         if pod is None:
             try:
                 pod = await self.kube.get_pod(namespace, name)
@@ -336,9 +354,13 @@ class Extender:
             return self._bind_failed(stub, "invalid-request", str(exc))
         if parsed.request is None:
             return self._bind_failed(pod, "invalid-request", parsed.error)
-        return await self._bind(pod, parsed, key, node)
+        # One identity per pod everywhere: the pod watch counts a pod under its UID, so the
+        # reservation must be keyed the same way whether or not the caller sent PodUID.
+        return await self._bind(pod, parsed, ob.pod_key(pod), node, term)
 
-    async def _bind(self, pod: ob.Object, parsed: _Parsed, key: str, node: str) -> dict[str, Any]:
+    async def _bind(
+        self, pod: ob.Object, parsed: _Parsed, key: str, node: str, term: int | None
+    ) -> dict[str, Any]:
         assert parsed.request is not None
         request = parsed.request
         ref = PodRef(namespace=ob.namespace(pod), name=ob.name(pod), uid=ob.uid(pod))
@@ -372,28 +394,59 @@ class Extender:
         self.metrics.reservations.inc()
         abort = self._aborts[key] = asyncio.Event()
         self.handoffs.in_flight.add(key)
+        # The version the decision was made on: the Binding's precondition. A newer leader
+        # that fences this pod changes it, and then this Binding is refused.
+        version = ob.resource_version(pod)
         wrote_handoff = False
+        outcome = "failed"
         try:
             annotations = self._annotations(parsed.view, assignment, ref)
             loop = asyncio.get_running_loop()
-            await self.handoffs.acquire(
+            acquired = await self.handoffs.acquire(
                 node,
                 ref,
                 tuple(sorted(assignment.vendors())),
                 deadline=loop.time() + self.bind_wait_s,
-                aborted=abort.is_set,
+                aborted=lambda: abort.is_set() or self._bound_meanwhile(key),
+                term=term,
             )
             wrote_handoff = True
+            version = acquired.pod_version or version
+            if acquired.took_over:
+                await self._read_node_pods(node)
             if abort.is_set():
                 raise HandoffAborted(f"pod {ref} was deleted while it was being bound")
-            await self.kube.bind(ref.namespace, ref.name, ref.uid, node, annotations)
-        except (HandoffTimeout, HandoffAborted, KubeError, CodecError, PluginError) as exc:
-            self.ledger.release(key)
-            if wrote_handoff:
-                await self.handoffs.release(node, ref)
+            self._check_still_fits(key, ref, node)
+            try:
+                await self.kube.bind(
+                    ref.namespace, ref.name, ref.uid, node, annotations, resource_version=version
+                )
+            except KubeError as exc:
+                outcome = await self._settle_failed_binding(key, ref, node, exc)
+                if outcome != "bound":
+                    raise
+        except (
+            HandoffTimeout,
+            HandoffAborted,
+            Fenced,
+            Overbooked,
+            KubeError,
+            CodecError,
+            PluginError,
+        ) as exc:
+            if outcome != "uncertain":
+                self.ledger.release(key)
+            if wrote_handoff and outcome == "failed":
+                await self.handoffs.release(node, ref, term)
+            bound = self.ledger.entry(key)
+            if bound is not None and not bound.reserved and bound.node == node:
+                return {"Error": ""}  # bound by an earlier try of this bind: nothing lost
             reason = {
                 HandoffTimeout: "handoff-timeout",
                 HandoffAborted: "pod-deleted",
+                Fenced: "fenced",
+                Overbooked: "overbooked",
+                Conflict: "conflict",
                 CodecError: "codec-error",
                 PluginError: "plugin-error",
             }.get(type(exc), "api-error")
@@ -402,7 +455,7 @@ class Extender:
             self.metrics.reservations.dec()
             self._aborts.pop(key, None)
             self.handoffs.in_flight.discard(key)
-            self._pods.pop(key, None)
+            self._pods.pop(f"{ref.namespace}/{ref.name}", None)
         self.ledger.confirm(key)
         self.metrics.decisions.labels(verb="bind", result="bound").inc()
         self._event(
@@ -413,6 +466,80 @@ class Extender:
             + _assignment_text(assignment),
         )
         return {"Error": ""}
+
+    def _term(self) -> int | None:
+        return self.handoffs.term()
+
+    def _bound_meanwhile(self, key: str) -> bool:
+        # A fence or a node re-read found the pod bound already (an older term's Binding
+        # landed): the reservation was replaced by the bound pod, nothing is left to do.
+        entry = self.ledger.entry(key)
+        return entry is not None and not entry.reserved
+
+    async def _read_node_pods(self, node: str) -> None:
+        """Count every pod the API server has bound to *node*.
+
+        Called after the first handoff this term writes on the node: from that write on no
+        older term can bind there, but its last Bindings may not have reached our watch yet.
+        """
+        try:
+            pods = await self.kube.list_node_pods(node)
+        except KubeError as exc:
+            raise KubeError(
+                exc.status, f"reading the pods of node {node} after a change of leader: {exc}"
+            ) from exc
+        for obj in pods:
+            self.cluster.apply_pod(obj)
+
+    def _check_still_fits(self, key: str, ref: PodRef, node: str) -> None:
+        problems = self.ledger.overbooked(node, key)
+        if problems:
+            raise Overbooked(
+                f"the devices chosen for pod {ref} were taken meanwhile ({'; '.join(problems)}); "
+                "kube-scheduler retries the pod"
+            )
+
+    async def _settle_failed_binding(self, key: str, ref: PodRef, node: str, exc: KubeError) -> str:
+        """After a Binding that failed: "bound", "failed" or "uncertain".
+
+        A 409 means the pod changed or is bound already (maybe by an older term's Binding);
+        no answer at all means the Binding may have landed. Either way the pod is read back,
+        by fencing it (so a Binding still in flight cannot land later), and counted as the
+        API server has it: a Binding we cannot see must never free its devices.
+        """
+        if exc.status not in (0, 409) and exc.status < 500:
+            return "failed"
+        try:
+            obj = await self.kube.patch_pod_annotations(
+                ref.namespace, ref.name, {FENCED_KEY: str(self._term() or 0)}
+            )
+        except NotFound:
+            return "failed"
+        except KubeError:
+            self._uncertain[key] = (ref, node)
+            return "uncertain"
+        if ref.uid and ob.uid(obj) != ref.uid:
+            return "failed"
+        self.cluster.apply_pod(obj)
+        return "bound" if ob.node_name(obj) == node and self._bound_meanwhile(key) else "failed"
+
+    async def settle_uncertain(self) -> int:
+        """Resolve binds whose outcome was unknown (the API server did not answer): keep
+        their reservation until the pod is read back. Called periodically; the number
+        still unknown."""
+        for key, (ref, node) in list(self._uncertain.items()):
+            entry = self.ledger.entry(key)
+            if entry is None or not entry.reserved:
+                self._uncertain.pop(key, None)
+                continue
+            outcome = await self._settle_failed_binding(
+                key, ref, node, KubeError(0, "outcome unknown")
+            )
+            if outcome != "uncertain":
+                self._uncertain.pop(key, None)
+                self.ledger.release(key)
+                self.metrics.reservations_settled.inc()
+        return len(self._uncertain)
 
     def _annotations(self, view: PodView, assignment: PodAssignment, ref: PodRef) -> dict[str, str]:
         annotations = {ASSIGNMENT_KEY: encode_assignment(assignment, pod=str(ref))}

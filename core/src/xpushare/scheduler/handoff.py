@@ -5,12 +5,23 @@ from the node's ``xpushare.io/handoff`` annotation, and a node can serve one han
 at a time. Unlike HAMi's node lock, ``/filter`` never looks at it: only ``/bind`` waits,
 bounded, for the node's previous handoff, and binds for one node queue in arrival order.
 
-A handoff is *free* when it is absent, expired, complete (every vendor allocated), or names
-the pod being bound. A stale one is repaired (cleared) when its pod is gone, already started
-(its Allocate happened), bound elsewhere, or was never bound while no bind of it is in
-flight here. Every write is a JSON merge patch carrying the node's resourceVersion, so a
-concurrent write by the node agent makes ours fail with 409 and we re-read instead of
-overwriting it.
+The handoff is also what keeps two scheduler replicas from double-booking a node
+(docs/scheduler.md, "Why no interleaving can double-book"):
+
+* every write of a node's handoff is a JSON merge patch carrying the node's
+  resourceVersion (a concurrent writer makes ours fail with 409 and we re-read) and the
+  writer's term (``xpushare.io/scheduler-term``); a replica never writes a node that
+  carries a newer term than its own (:class:`Fenced`), so a deposed leader cannot commit;
+* a bind writes its pod's handoff before it writes the Binding, so the only pod whose
+  Binding may still land on a node is the one its current handoff names;
+* a handoff is replaced only when its pod is bound, gone, or *fenced*: a patch of the pod
+  that changes its resourceVersion, which the writer's Binding carries as a precondition.
+
+A handoff is *free* when it is absent, complete (every vendor allocated), or names the pod
+being bound under this term. Any other is judged by :meth:`HandoffManager.stale_cause`.
+Times read from a handoff are bounded by the configured lifetime on this replica's clock
+(:meth:`~xpushare.codec.Handoff.expires_for`), so a skewed or hand-edited one cannot block
+a node for good.
 """
 
 from __future__ import annotations
@@ -19,17 +30,23 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from xpushare.codec import HANDOFF_KEY, Handoff, encode_handoff
+from xpushare.codec import FENCED_KEY, HANDOFF_KEY, TERM_KEY, Handoff, encode_handoff
 from xpushare.models import PodRef
 from xpushare.scheduler import objects as ob
-from xpushare.scheduler.cluster import ClusterState
+from xpushare.scheduler.cluster import ClusterState, NodeRecord
 from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
 from xpushare.scheduler.metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
+
+
+#: How long a handoff of a pod that is not bound may stay before it is taken for the leftover
+#: of a bind that failed or died: a live bind writes the Binding right after the handoff
+#: (one API round trip), so two seconds on this replica's clock is far past it.
+NEVER_BOUND_GRACE_S = 2.0
 
 
 class HandoffTimeout(Exception):
@@ -40,16 +57,49 @@ class HandoffAborted(Exception):
     """The pod being bound went away while waiting."""
 
 
+class Fenced(Exception):
+    """The node carries a newer term than this bind's: this replica is not the leader any
+    more (or the Lease was re-created), and must not write the node."""
+
+    def __init__(self, node: str, term: int, node_term: int) -> None:
+        super().__init__(
+            f"node {node} was written by a scheduler replica of term {node_term} and this "
+            f"bind runs under term {term}: this replica is not the leader any more; "
+            "kube-scheduler retries the pod with the current leader"
+        )
+        self.node = node
+        self.term = term
+        self.node_term = node_term
+
+
 @dataclass
 class _Slot:
     lock: asyncio.Lock
     changed: asyncio.Event
 
 
+@dataclass(frozen=True)
+class Acquired:
+    """A handoff this bind wrote, and what the caller must do before its Binding."""
+
+    handoff: Handoff
+    #: The first write of this term on the node: bindings of older terms may have landed
+    #: that this replica's watch has not shown yet, so the caller reads the node's pods.
+    took_over: bool
+    #: The pod's resourceVersion after this bind fenced it (an older term had left a
+    #: handoff of the very same pod): the Binding's precondition. Empty when not fenced.
+    pod_version: str = ""
+
+
 def same_pod(a: PodRef, b: PodRef) -> bool:
     if a.uid and b.uid:
         return a.uid == b.uid
     return (a.namespace, a.name) == (b.namespace, b.name)
+
+
+def pod_key(pod: PodRef) -> str:
+    """The ledger key of a pod named by a handoff (the same as :func:`objects.pod_key`)."""
+    return pod.uid or f"{pod.namespace}/{pod.name}"
 
 
 class HandoffManager:
@@ -64,6 +114,8 @@ class HandoffManager:
         ttl_s: float,
         conflict_retries: int = 5,
         clock: Callable[[], float] = time.time,
+        term: Callable[[], int | None] = lambda: None,
+        raise_term: Callable[[int], Awaitable[int | None]] | None = None,
     ) -> None:
         self.kube = kube
         self.cluster = cluster
@@ -71,6 +123,9 @@ class HandoffManager:
         self.ttl_s = ttl_s
         self.conflict_retries = conflict_retries
         self.clock = clock
+        #: The fencing token of this replica now (None: no leader election, no fencing).
+        self.term = term
+        self._raise_term = raise_term
         self._slots: dict[str, _Slot] = {}
         #: Pod keys with a bind in flight here: their handoff is not stale.
         self.in_flight: set[str] = set()
@@ -86,55 +141,98 @@ class HandoffManager:
         slot = self._slots.get(node)
         if slot is not None:
             slot.changed.set()
+        if node not in self.cluster.nodes and slot is not None and not slot.lock.locked():
+            del self._slots[node]  # a deleted node's slot must not outlive it
 
     # -- the state of one node's handoff -----------------------------------------------------------
 
-    def _free_for(self, node: str, pod: PodRef) -> bool:
+    def expired(self, record: NodeRecord) -> bool:
+        """Whether the node's handoff has expired, on this replica's clock."""
+        handoff = record.handoff
+        if handoff is None:
+            return False
+        return self.clock() >= handoff.expires_for(record.handoff_seen, self.ttl_s)
+
+    def _free_for(self, node: str, pod: PodRef, term: int | None) -> bool:
         record = self.cluster.nodes.get(node)
         if record is None or record.handoff_raw is None:
             return True
         handoff = record.handoff
         if handoff is None:
             return False  # malformed: repaired by the caller, never ignored
-        return handoff.expired(self.clock()) or handoff.complete() or same_pod(handoff.pod, pod)
+        if handoff.complete():
+            return True
+        # The same pod's handoff from an older term is not ours to overwrite: the bind that
+        # wrote it may still land, so it is fenced first (stale_cause).
+        return same_pod(handoff.pod, pod) and (term or 0) <= handoff.term
 
-    async def stale_cause(self, node: str) -> str | None:
-        """Why the node's current handoff may be cleared, or None if it is live."""
+    def _check_term(self, node: str, term: int | None) -> None:
+        record = self.cluster.nodes.get(node)
+        node_term = record.term if record is not None else None
+        if term is not None and node_term is not None and node_term > term:
+            raise Fenced(node, term, node_term)
+
+    async def stale_cause(self, node: str, term: int | None = None) -> str | None:
+        """Why the node's current handoff may be cleared, or None if it is live.
+
+        A handoff whose pod is not known to be bound is only declared stale after its pod
+        was fenced (:meth:`_fence`): from then on the bind that wrote it cannot land.
+        """
+        cause, _ = await self._judge(node, term)
+        return cause
+
+    async def _judge(self, node: str, term: int | None) -> tuple[str | None, ob.Object | None]:
+        """:meth:`stale_cause`, and the handoff's pod as a fence read it (None: not fenced)."""
         record = self.cluster.nodes.get(node)
         if record is None or record.handoff_raw is None:
-            return None
+            return None, None
         handoff = record.handoff
         if handoff is None:
-            return "malformed"
-        if handoff.expired(self.clock()):
-            return "expired"
+            return "malformed", None
         if handoff.complete():
-            return "complete"
-        key = handoff.pod.uid or f"{handoff.pod.namespace}/{handoff.pod.name}"
-        if key in self.in_flight:
-            return None
+            return "complete", None
+        if pod_key(handoff.pod) in self.in_flight:
+            return None, None  # our own bind settles it, whatever its times say
+        expired = self.expired(record)
         known = self.cluster.pod_by_name(handoff.pod.namespace, handoff.pod.name)
         if known is not None and (not handoff.pod.uid or known.ref.uid == handoff.pod.uid):
             if known.node != node:
-                return "bound-elsewhere"
-            return "started" if known.started else None
+                return "bound-elsewhere", None
+            if known.started:
+                return "started", None
+            return ("expired" if expired else None), None
+        if not expired and self.clock() - record.handoff_seen <= NEVER_BOUND_GRACE_S:
+            return None, None
+        return await self._fence(node, handoff, term, expired)
+
+    async def _fence(
+        self, node: str, handoff: Handoff, term: int | None, expired: bool
+    ) -> tuple[str | None, ob.Object | None]:
+        """Patch the handoff's pod so that a Binding written before cannot land, and judge
+        the handoff by the pod as the API server has it now."""
+        pod = handoff.pod
         try:
-            pod = await self.kube.get_pod(handoff.pod.namespace, handoff.pod.name)
+            obj = await self.kube.patch_pod_annotations(
+                pod.namespace, pod.name, {FENCED_KEY: str(term or 0)}
+            )
         except NotFound:
-            return "pod-gone"
-        except KubeError:
-            return None
-        if handoff.pod.uid and ob.uid(pod) != handoff.pod.uid:
-            return "pod-gone"
-        bound = ob.node_name(pod)
-        if bound and bound != node:
-            return "bound-elsewhere"
-        if ob.started(pod):
-            return "started"
-        if not bound and self.clock() - handoff.since > 2.0:
-            # Written by a bind that failed or died (a restart) and nobody binds it now.
-            return "never-bound"
-        return None
+            return "pod-gone", None
+        except KubeError as exc:
+            log.warning("cannot fence pod %s of the handoff of node %s: %s", pod, node, exc)
+            return None, None
+        if pod.uid and ob.uid(obj) != pod.uid:
+            return "pod-gone", None
+        # Count it now if it is bound: our watch may not have shown its Binding yet.
+        self.cluster.apply_pod(obj)
+        self.metrics.handoff_repairs.labels(cause="fenced").inc()
+        bound = ob.node_name(obj)
+        if not bound:
+            return ("expired" if expired else "never-bound"), obj
+        if bound != node:
+            return "bound-elsewhere", obj
+        if ob.started(obj):
+            return "started", obj
+        return ("expired" if expired else None), obj
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -146,25 +244,39 @@ class HandoffManager:
             return
         self.cluster.apply_node(obj)
 
-    async def _write(self, node: str, value: str | None) -> None:
+    async def _write(self, node: str, value: str | None, term: int | None) -> int | None:
+        """Write the node's handoff (None removes it) under *term*; the node's term before.
+
+        The node's term is checked on the version the write is conditioned on, so the API
+        server refuses the write (409) if a newer term wrote the node in between.
+        """
+        self._check_term(node, term)
         record = self.cluster.nodes.get(node)
         version = record.resource_version if record else None
-        obj = await self.kube.patch_node_annotations(
-            node, {HANDOFF_KEY: value}, resource_version=version
-        )
+        before = record.term if record else None
+        patch: dict[str, str | None] = {HANDOFF_KEY: value}
+        if term is not None:
+            patch[TERM_KEY] = str(term)
+        obj = await self.kube.patch_node_annotations(node, patch, resource_version=version)
         # Apply our own write now rather than when the watch echoes it: the next bind for
         # this node must see it at once.
         self.cluster.apply_node(obj)
+        return before
 
-    async def clear(self, node: str, expected: Handoff | None, cause: str) -> bool:
+    async def clear(
+        self, node: str, expected: Handoff | None, cause: str, term: int | None = None
+    ) -> bool:
         """Remove the node's handoff if it is still *expected*; False if it changed."""
         record = self.cluster.nodes.get(node)
         if record is None or record.handoff != expected or record.handoff_raw is None:
             return False
         try:
-            await self._write(node, None)
+            await self._write(node, None, self.term() if term is None else term)
         except Conflict:
             await self._refresh(node)
+            return False
+        except Fenced as exc:
+            log.info("not clearing the handoff of node %s: %s", node, exc)
             return False
         except KubeError as exc:
             log.warning("clearing the handoff of node %s failed: %s", node, exc)
@@ -186,8 +298,10 @@ class HandoffManager:
         *,
         deadline: float,
         aborted: Callable[[], bool],
-    ) -> Handoff:
-        """Wait (until the monotonic *deadline*) for the node and write *pod*'s handoff."""
+        term: int | None = None,
+    ) -> Acquired:
+        """Wait (until the monotonic *deadline*) for the node and write *pod*'s handoff
+        under *term* (the term the bind decided under)."""
         slot = self._slot(node)
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -197,21 +311,35 @@ class HandoffManager:
             raise HandoffTimeout(self._busy_message(node, started)) from None
         try:
             conflicts = 0
+            pod_version = ""
             while True:
                 if aborted():
                     raise HandoffAborted(f"pod {pod} was deleted while waiting for node {node}")
-                if not self._free_for(node, pod):
+                try:
+                    self._check_term(node, term)
+                except Fenced as exc:
+                    await self._heal(exc)
+                    raise
+                if not self._free_for(node, pod, term):
                     record = self.cluster.nodes.get(node)
                     current = record.handoff if record else None
-                    cause = await self.stale_cause(node)
+                    cause, fenced = await self._judge(node, term)
                     if cause is not None:
-                        await self.clear(node, current, cause)
+                        if (
+                            fenced is not None
+                            and current is not None
+                            and same_pod(current.pod, pod)
+                        ):
+                            pod_version = ob.resource_version(fenced)
+                        await self.clear(node, current, cause, term)
                         continue
                     await self._wait_change(slot, node, deadline, started)
                     continue
-                handoff = Handoff.begin(pod, vendors, now=self.clock(), ttl_s=self.ttl_s)
+                handoff = Handoff.begin(
+                    pod, vendors, now=self.clock(), ttl_s=self.ttl_s, term=term or 0
+                )
                 try:
-                    await self._write(node, encode_handoff(handoff, node=node))
+                    before = await self._write(node, encode_handoff(handoff, node=node), term)
                 except Conflict:
                     conflicts += 1
                     if conflicts > self.conflict_retries:
@@ -219,20 +347,28 @@ class HandoffManager:
                     await self._refresh(node)
                     continue
                 self.metrics.handoff_wait_seconds.observe(loop.time() - started)
-                return handoff
+                took_over = term is not None and (before is None or before < term)
+                return Acquired(handoff, took_over, pod_version)
         finally:
             slot.lock.release()
+
+    async def _heal(self, exc: Fenced) -> None:
+        """A node newer than our term while we hold the Lease: the Lease's count restarted
+        (re-created); raise our term past the node's for the binds that come next."""
+        if self._raise_term is not None and exc.term == self.term():
+            await self._raise_term(exc.node_term)
 
     async def _wait_change(self, slot: _Slot, node: str, deadline: float, started: float) -> None:
         loop = asyncio.get_running_loop()
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise HandoffTimeout(self._busy_message(node, started))
-        handoff = self.cluster.handoff(node)
+        record = self.cluster.nodes.get(node)
         wait = remaining
-        if handoff is not None:
+        if record is not None and record.handoff is not None:
             # Wake up when it expires even if no event comes.
-            wait = min(wait, max(0.01, handoff.expires - self.clock()))
+            expires = record.handoff.expires_for(record.handoff_seen, self.ttl_s)
+            wait = min(wait, max(0.01, expires - self.clock()))
         slot.changed.clear()
         # Re-check periodically too: a pod that started shows up on the pod watch, not
         # on the node's.
@@ -248,22 +384,25 @@ class HandoffManager:
             "device plugin has not called Allocate yet); kube-scheduler retries this pod"
         )
 
-    async def release(self, node: str, pod: PodRef) -> None:
+    async def release(self, node: str, pod: PodRef, term: int | None = None) -> None:
         """Take back *pod*'s handoff after a failed bind (if it is still the node's)."""
         handoff = self.cluster.handoff(node)
         if handoff is not None and same_pod(handoff.pod, pod):
-            await self.clear(node, handoff, "bind-failed")
+            await self.clear(node, handoff, "bind-failed", term)
 
     async def repair_all(self) -> int:
         """Clear every stale handoff (the leader calls this periodically)."""
         cleared = 0
+        term = self.term()
         for node, record in list(self.cluster.nodes.items()):
             if record.handoff_raw is None:
                 continue
+            if term is not None and record.term is not None and record.term > term:
+                continue  # a newer leader's node: not ours to touch
             slot = self._slot(node)
             if slot.lock.locked():
                 continue  # a bind is deciding about this node right now
-            cause = await self.stale_cause(node)
-            if cause is not None and await self.clear(node, record.handoff, cause):
+            cause = await self.stale_cause(node, term)
+            if cause is not None and await self.clear(node, record.handoff, cause, term):
                 cleared += 1
         return cleared

@@ -10,6 +10,7 @@ failures to our own exceptions in one place (a client upgrade touches this modul
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -221,13 +222,54 @@ class Kube:
         )
         return result
 
+    async def list_node_pods(self, node: str) -> builtins.list[Object]:
+        """Every pod bound to *node*, read from the API server (a consistent read, paged)."""
+        items: builtins.list[Object] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE, "field_selector": f"spec.nodeName={node}"}
+            if token:
+                kwargs["_continue"] = token
+            page = await self._json(self._lister("pods"), f"list pods on node {node}", **kwargs)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> Object:
+        """JSON merge patch of a pod's annotations; the pod as it is afterwards."""
+        result: Object = await self._json(
+            self._core.patch_namespaced_pod_without_preload_content,
+            f"patch pod {namespace}/{name}",
+            name,
+            namespace,
+            {"metadata": {"annotations": dict(annotations)}},
+            _content_type="application/merge-patch+json",
+        )
+        return result
+
     async def bind(
-        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str],
+        *,
+        resource_version: str = "",
     ) -> None:
-        """Bind a pod with its annotations in one write (research/k8s-apis.md §7.4)."""
+        """Bind a pod with its annotations in one write (research/k8s-apis.md §7.4).
+
+        *uid* and *resource_version*, when given, are preconditions the API server checks in
+        the same atomic update: a pod that changed since it was read gives :class:`Conflict`.
+        """
         meta: Object = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid
+        if resource_version:
+            meta["resourceVersion"] = resource_version
         if annotations:
             meta["annotations"] = dict(annotations)
         body = {

@@ -7,6 +7,13 @@ holder has not renewed within ``leaseDurationSeconds`` *as observed by us* (so c
 between replicas does not matter), renew every retry period, and step down when a renewal
 has not succeeded within the renew deadline. Every write carries the version read, so two
 candidates never both win: the loser gets 409 Conflict.
+
+Leadership alone cannot stop a deposed leader that does not know it yet (its loop stalled
+after deciding): so each term has a number, the Lease's ``leaseTransitions``, raised by every
+change of holder, and :attr:`LeaderElector.term` is the fencing token the bind path writes
+with every handoff. Nodes remember the highest term that wrote them and a replica refuses to
+write a node that carries a higher one (docs/scheduler.md, "Why no interleaving can
+double-book").
 """
 
 from __future__ import annotations
@@ -18,9 +25,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from xpushare.codec import MAX_TERM
 from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
 
 log = logging.getLogger(__name__)
+
+
+def _transitions(spec: Any) -> int:
+    value = spec.get("leaseTransitions") if isinstance(spec, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return max(0, min(MAX_TERM, value))
 
 
 def micro_time(when: datetime.datetime | None = None) -> str:
@@ -55,6 +70,9 @@ class LeaderElector:
         self._on_change = on_change or (lambda leading: None)
         self._clock = clock
         self.is_leader = False
+        #: The fencing token of the term this replica holds or held last (None: never held).
+        self.term: int | None = None
+        self._lease: dict[str, Any] = {}
         self.transitions = 0
         # What we last saw of the lease and when, for the skew-free expiry rule.
         self._observed: tuple[Any, ...] | None = None
@@ -81,13 +99,15 @@ class LeaderElector:
             "renewTime": now,
         }
         prev_holder = (previous or {}).get("holderIdentity")
-        transitions = int((previous or {}).get("leaseTransitions") or 0)
+        transitions = _transitions(previous)
         if prev_holder == self.identity and previous is not None:
             spec["acquireTime"] = previous.get("acquireTime") or now
             spec["leaseTransitions"] = transitions
         else:
+            # Every new holder gets a new term, also after a holder that was cleared by
+            # hand: two replicas must never write nodes under one term.
             spec["acquireTime"] = now
-            spec["leaseTransitions"] = transitions + (1 if prev_holder else 0)
+            spec["leaseTransitions"] = min(MAX_TERM, transitions + (1 if previous else 0))
         return spec
 
     async def try_acquire_or_renew(self) -> bool:
@@ -103,11 +123,11 @@ class LeaderElector:
                 "spec": self._spec(None),
             }
             try:
-                await self.kube.create_lease(self.namespace, body)
+                created = await self.kube.create_lease(self.namespace, body)
             except (Conflict, KubeError) as exc:
                 log.debug("creating lease failed: %s", exc)
                 return False
-            self._last_renew = now
+            self._held(now, created)
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -129,12 +149,54 @@ class LeaderElector:
             "spec": self._spec(spec),
         }
         try:
-            await self.kube.replace_lease(self.namespace, self.name, body)
+            written = await self.kube.replace_lease(self.namespace, self.name, body)
         except KubeError as exc:
             log.debug("updating lease failed: %s", exc)
             return False
-        self._last_renew = now
+        self._held(now, written)
         return True
+
+    def _held(self, now: float, lease: dict[str, Any] | None) -> None:
+        self._last_renew = now
+        self._lease = lease or {}
+        self.term = _transitions((lease or {}).get("spec"))
+
+    async def raise_term(self, above: int) -> int | None:
+        """Move this replica's term past *above* (a node carries a term this high); the new
+        term, or None when this replica does not hold the Lease any more.
+
+        Why it is needed: the Lease may have been deleted and created again (a reinstall),
+        restarting its count below what nodes remember, and then no replica could ever write
+        those nodes. Why it is safe: the write is a compare-and-swap on the Lease as this
+        replica last wrote it, so only the current holder can raise the term, and it fences
+        every older term at once.
+        """
+        lease = self._lease
+        if not self.is_leader or not lease or above >= MAX_TERM:
+            return None
+        spec = dict(lease.get("spec") or {})
+        if spec.get("holderIdentity") != self.identity:
+            return None
+        spec["leaseTransitions"] = max(_transitions(spec), above) + 1
+        spec["renewTime"] = micro_time()
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion"),
+            },
+            "spec": spec,
+        }
+        try:
+            written = await self.kube.replace_lease(self.namespace, self.name, body)
+        except KubeError as exc:
+            log.warning("raising the leadership term above %d failed: %s", above, exc)
+            return None
+        self._held(self._clock(), written)
+        log.info("leadership term raised to %s (a node carried term %d)", self.term, above)
+        return self.term
 
     async def run(self) -> None:
         """Campaign forever; cancel the task to stop (the lease then expires on its own)."""

@@ -161,6 +161,16 @@ class SchedulerMetrics:
             "Decisions taken and not yet bound (in memory)",
             registry=r,
         )
+        self.reservations_uncertain = Gauge(
+            "xpushare_scheduler_reservations_uncertain",
+            "Reservations kept because their Binding got no answer, until the pod is read back",
+            registry=r,
+        )
+        self.reservations_settled = Counter(
+            "xpushare_scheduler_uncertain_binds_settled_total",
+            "Binds of unknown outcome resolved by reading the pod back",
+            registry=r,
+        )
         self._snapshot = _Snapshot()
         r.register(_DeviceCollector(self._snapshot))
 

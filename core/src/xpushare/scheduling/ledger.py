@@ -323,6 +323,36 @@ class UsageLedger:
         entry.reserved = False
         return True
 
+    def overbooked(self, node: str, key: str) -> list[str]:
+        """What is booked past capacity on the devices pod *key* holds on *node* (empty: all
+        within capacity), as sentences naming the device.
+
+        The bind path asks this after it re-read a node's pods: a decision taken before
+        another replica's last Binding reached us must not be committed on top of it.
+        """
+        entry = self._entries.get(key)
+        state = self._nodes.get(node)
+        if entry is None or state is None:
+            return []
+        problems = []
+        for c in entry.charges:
+            table = state.tables.get(c.vendor)
+            d = table.by_id.get(c.device_id) if table is not None else None
+            if d is None:
+                continue
+            if d.used_memory > d.memory_cap:
+                problems.append(f"{c.vendor} device {d.id}: {d.used_memory} of {d.memory_cap} MiB")
+            if d.used_compute > d.compute_cap:
+                problems.append(
+                    f"{c.vendor} device {d.id}: {d.used_compute} of {d.compute_cap} % compute"
+                )
+            if d.used_slots > d.slots or (d.exclusive and d.used_slots > 1):
+                problems.append(f"{c.vendor} device {d.id}: {d.used_slots} of {d.slots} slots")
+            for name, used in d.partitions_used.items():
+                if name in d.partitions and used > d.partitions[name][2]:
+                    problems.append(f"{c.vendor} device {d.id}: {used} {name} instances")
+        return problems
+
     # -- internals -----------------------------------------------------------------------------
 
     def _apply(self, state: NodeState, entry: PodEntry, sign: int, *, refresh: bool = True) -> None:

@@ -34,7 +34,7 @@ import json
 import re
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,11 @@ class RecordedRequest:
         return match.group("sub") if match else None
 
 
+#: A coroutine a test runs when a chosen request arrives (``before``) or has been served and
+#: is about to be answered (``after``): e.g. stop the client's process at that very point.
+Hook = Callable[[RecordedRequest], Awaitable[None]]
+
+
 @dataclass
 class _Injection:
     method: str
@@ -92,6 +97,8 @@ class _Injection:
     times: int
     delay_s: float
     message: str
+    before: Hook | None = None
+    after: Hook | None = None
 
 
 @dataclass
@@ -339,13 +346,27 @@ class FakeApiServer:
         times: int = 1,
         delay_s: float = 0.0,
         message: str = "injected failure",
+        before: Hook | None = None,
+        after: Hook | None = None,
     ) -> None:
         """Make the next *times* requests matching *method* and *path_regex* fail or wait.
 
         ``status`` 0 with a *delay_s* only delays them and then serves them normally.
+        *before* is awaited when such a request arrives, before it is served (the request
+        takes effect only once it returns); *after* once it has been served, before the
+        answer is sent (it has taken effect, the client does not know yet).
         """
         self._injections.append(
-            _Injection(method.upper(), re.compile(path_regex), status, times, delay_s, message)
+            _Injection(
+                method.upper(),
+                re.compile(path_regex),
+                status,
+                times,
+                delay_s,
+                message,
+                before,
+                after,
+            )
         )
 
     def writes(self, resource: str | None = None) -> list[RecordedRequest]:
@@ -409,6 +430,8 @@ class FakeApiServer:
         self.requests.append(
             RecordedRequest(request.method, request.path, dict(request.query), content_type, body)
         )
+        recorded = self.requests[-1]
+        after: Hook | None = None
         try:
             for injection in self._injections:
                 if injection.method in (request.method, "*") and injection.pattern.search(
@@ -417,12 +440,18 @@ class FakeApiServer:
                     if injection.times <= 0:
                         continue
                     injection.times -= 1
+                    if injection.before is not None:
+                        await injection.before(recorded)
                     if injection.delay_s:
                         await asyncio.sleep(injection.delay_s)
                     if injection.status:
                         raise ApiStatusError(injection.status, "InternalError", injection.message)
+                    after = injection.after
                     break
-            return await self._route(request, body, content_type)
+            response = await self._route(request, body, content_type)
+            if after is not None:
+                await after(recorded)
+            return response
         except ApiStatusError as exc:
             return web.json_response(
                 status_object(exc.code, exc.reason, exc.message), status=exc.code
@@ -624,6 +653,7 @@ class FakeApiServer:
             raise ApiStatusError(
                 409, "Conflict", f"Precondition failed: UID in precondition: {meta['uid']}"
             )
+        self._check_version(pod, meta.get("resourceVersion"), key[2])
         if pod["metadata"].get("deletionTimestamp"):
             raise ApiStatusError(
                 409, "Conflict", f"pod {key[2]} is being deleted, cannot be assigned"
