@@ -323,34 +323,41 @@ class UsageLedger:
         entry.reserved = False
         return True
 
-    def overbooked(self, node: str, key: str) -> list[str]:
-        """What is booked past capacity on the devices pod *key* holds on *node* (empty: all
-        within capacity), as sentences naming the device.
+    def overbooked(self, node: str, key: str | None = None) -> list[str]:
+        """What is booked past capacity on *node*'s devices (on those pod *key* holds, when
+        given); empty when all is within capacity. Sentences naming each device.
 
         The bind path asks this after it re-read a node's pods: a decision taken before
-        another replica's last Binding reached us must not be committed on top of it.
+        another replica's last Binding reached us must not be committed on top of it. Fault
+        tests ask it of a ledger rebuilt from the API server's annotations.
         """
-        entry = self._entries.get(key)
         state = self._nodes.get(node)
-        if entry is None or state is None:
+        if state is None:
             return []
+        if key is None:
+            picked = [(v, d) for v, t in state.tables.items() for d in t.devices]
+        else:
+            entry = self._entries.get(key)
+            if entry is None:
+                return []
+            picked = []
+            for c in entry.charges:
+                table = state.tables.get(c.vendor)
+                d = table.by_id.get(c.device_id) if table is not None else None
+                if d is not None:
+                    picked.append((c.vendor, d))
         problems = []
-        for c in entry.charges:
-            table = state.tables.get(c.vendor)
-            d = table.by_id.get(c.device_id) if table is not None else None
-            if d is None:
-                continue
+        for vendor, d in picked:
+            what = f"{vendor} device {d.id} of node {node}"
             if d.used_memory > d.memory_cap:
-                problems.append(f"{c.vendor} device {d.id}: {d.used_memory} of {d.memory_cap} MiB")
+                problems.append(f"{what}: {d.used_memory} of {d.memory_cap} MiB booked")
             if d.used_compute > d.compute_cap:
-                problems.append(
-                    f"{c.vendor} device {d.id}: {d.used_compute} of {d.compute_cap} % compute"
-                )
+                problems.append(f"{what}: {d.used_compute} of {d.compute_cap} % compute booked")
             if d.used_slots > d.slots or (d.exclusive and d.used_slots > 1):
-                problems.append(f"{c.vendor} device {d.id}: {d.used_slots} of {d.slots} slots")
+                problems.append(f"{what}: {d.used_slots} of {d.slots} share slots booked")
             for name, used in d.partitions_used.items():
                 if name in d.partitions and used > d.partitions[name][2]:
-                    problems.append(f"{c.vendor} device {d.id}: {used} {name} instances")
+                    problems.append(f"{what}: {used} {name} instances booked")
         return problems
 
     # -- internals -----------------------------------------------------------------------------

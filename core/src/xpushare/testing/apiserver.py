@@ -99,6 +99,7 @@ class _Injection:
     message: str
     before: Hook | None = None
     after: Hook | None = None
+    match: Callable[[RecordedRequest], bool] | None = None
 
 
 @dataclass
@@ -348,13 +349,15 @@ class FakeApiServer:
         message: str = "injected failure",
         before: Hook | None = None,
         after: Hook | None = None,
+        match: Callable[[RecordedRequest], bool] | None = None,
     ) -> None:
         """Make the next *times* requests matching *method* and *path_regex* fail or wait.
 
         ``status`` 0 with a *delay_s* only delays them and then serves them normally.
         *before* is awaited when such a request arrives, before it is served (the request
         takes effect only once it returns); *after* once it has been served, before the
-        answer is sent (it has taken effect, the client does not know yet).
+        answer is sent (it has taken effect, the client does not know yet). *match*, when
+        given, must also hold for the request (e.g. on its query).
         """
         self._injections.append(
             _Injection(
@@ -366,8 +369,13 @@ class FakeApiServer:
                 message,
                 before,
                 after,
+                match,
             )
         )
+
+    def clear_injections(self) -> None:
+        """Forget every injection not yet used up."""
+        self._injections.clear()
 
     def writes(self, resource: str | None = None) -> list[RecordedRequest]:
         """Recorded requests that change something (not GET), optionally of one resource."""
@@ -438,6 +446,8 @@ class FakeApiServer:
                     request.path
                 ):
                     if injection.times <= 0:
+                        continue
+                    if injection.match is not None and not injection.match(recorded):
                         continue
                     injection.times -= 1
                     if injection.before is not None:
