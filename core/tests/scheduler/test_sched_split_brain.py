@@ -19,8 +19,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from sched_helpers import gpu_node, gpu_pod
+
 from xpushare.testing.apiserver import FakeApiServer, RecordedRequest
 from xpushare.testing.replicas import NodeAgents, Replica, overcommits, start_replica, wait_leader
 
@@ -42,11 +42,6 @@ POINTS: list[tuple[str, str, str, Any]] = [
     ("binding", "POST", r"/namespaces/default/pods/a-{i}/binding$", None),
 ]
 CASES = [(name, when) for name, *_ in POINTS for when in ("before", "after")]
-
-
-@pytest.fixture(scope="module")
-def replicas_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("replicas")
 
 
 @pytest.fixture
@@ -105,7 +100,6 @@ async def _scenario(
     point: str,
     when: str,
 ) -> str:
-    node = f"n-{i}"
     for name in (f"a-{i}", f"b-{i}"):
         api.put("pods", gpu_pod(name, **{"gpu": "1", "mem": POD_MIB}))
     for _ in range(3):
@@ -193,6 +187,3 @@ def test_the_harness_counts_an_over_commit() -> None:
         api.put("pods", obj)
     problems = overcommits(api)
     assert problems and "100000 of 81920 MiB" in problems[0], problems
-
-
-
