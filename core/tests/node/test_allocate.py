@@ -1,11 +1,13 @@
 """Allocate and GetPreferredAllocation: pod found through the handoff, matched, served."""
 
+import time
+
 import grpc
 import pytest
 from nodekit import NODE, RESOURCE, mock_host, one_slice, running
 from vendors import Acme
 
-from xpushare.codec import HANDOFF_KEY, decode_handoff
+from xpushare.codec import HANDOFF_KEY, TERM_KEY, decode_handoff
 from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
 from xpushare.testing.kubelet import AdmissionError, ContainerSpec
 
@@ -87,6 +89,32 @@ async def test_an_expired_handoff_is_not_trusted(plugin_dir):
         handoff = run.kube.node["metadata"]["annotations"][HANDOFF_KEY]
         run.kube.bind(fresh, one_slice(dev(4)))
         run.kube.node["metadata"]["annotations"][HANDOFF_KEY] = handoff  # the stale one again
+        result = await run.kubelet.admit_pod(fresh.uid, [ContainerSpec("main", {RESOURCE: 1})])
+        assert result["main"].envs["XPUSHARE_MOCK_VISIBLE_DEVICES"] == dev(4)
+
+
+async def test_a_handoff_of_a_deposed_scheduler_term_is_not_trusted(plugin_dir):
+    async with running(plugin_dir) as run:
+        stale = run.kube.add_pod("stale", phase="Running")
+        run.kube.bind(stale, one_slice(dev(0)))
+        handoff = run.kube.node["metadata"]["annotations"][HANDOFF_KEY]
+        fresh = run.kube.add_pod("fresh")
+        run.kube.bind(fresh, one_slice(dev(4)))
+        # The node was written by term 3 since; the handoff (term 0) is a deposed leader's.
+        run.kube.node["metadata"]["annotations"][HANDOFF_KEY] = handoff
+        run.kube.node["metadata"]["annotations"][TERM_KEY] = "3"
+        result = await run.kubelet.admit_pod(fresh.uid, [ContainerSpec("main", {RESOURCE: 1})])
+        assert result["main"].envs["XPUSHARE_MOCK_VISIBLE_DEVICES"] == dev(4)
+
+
+async def test_a_handoff_claiming_a_year_of_life_is_read_with_the_longest_lifetime(plugin_dir):
+    async with running(plugin_dir) as run:
+        stale = run.kube.add_pod("stale", phase="Running")
+        run.kube.bind(stale, one_slice(dev(0)), now=time.time() - 200, ttl_s=365 * 86400.0)
+        handoff = run.kube.node["metadata"]["annotations"][HANDOFF_KEY]
+        fresh = run.kube.add_pod("fresh")
+        run.kube.bind(fresh, one_slice(dev(4)))
+        run.kube.node["metadata"]["annotations"][HANDOFF_KEY] = handoff
         result = await run.kubelet.admit_pod(fresh.uid, [ContainerSpec("main", {RESOURCE: 1})])
         assert result["main"].envs["XPUSHARE_MOCK_VISIBLE_DEVICES"] == dev(4)
 

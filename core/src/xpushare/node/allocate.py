@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 from xpushare.codec import (
     ASSIGNMENT_KEY,
     HANDOFF_KEY,
+    TERM_KEY,
     Handoff,
     decode_assignment,
     decode_handoff,
     encode_handoff,
+    parse_term,
 )
 from xpushare.errors import CodecError, PluginError, VendorUnavailable, XpushareError
 from xpushare.models import AllocateRequest, ContainerAllocation, ContainerAssignment, PodRef
@@ -61,6 +63,11 @@ log = logging.getLogger(__name__)
 #: How many times a handoff update is retried when the node changed meanwhile (409): the
 #: scheduler writes the handoff at most once per bind, so two retries settle any race.
 HANDOFF_RETRIES = 3
+
+#: The longest lifetime a scheduler gives a handoff (its ``bind.handoff_ttl_s`` is at most
+#: 120 s): a handoff claiming more was written by a skewed clock or by hand, and is read as
+#: if it had this lifetime from its start.
+MAX_HANDOFF_TTL_S = 120.0
 
 #: Time kept back from the vendor's allocate call for answering kubelet after it.
 VENDOR_MARGIN_S = 0.2
@@ -373,18 +380,36 @@ class Allocator:
         annotations = (node.get("metadata") or {}).get("annotations") or {}
         raw = annotations.get(HANDOFF_KEY)
         if raw is not None:
-            pending = await self._from_handoff(raw, vendor, what)
+            node_term = parse_term(annotations.get(TERM_KEY))
+            pending = await self._from_handoff(raw, vendor, what, node_term)
             if pending is not None:
                 return dataclasses.replace(pending, node=node)
         return await self._from_listing(vendor, what, physical)
 
-    async def _from_handoff(self, raw: str, vendor: str, what: str) -> _Pending | None:
+    async def _from_handoff(
+        self, raw: str, vendor: str, what: str, node_term: int | None = None
+    ) -> _Pending | None:
         try:
             handoff = decode_handoff(raw, node=self.node)
         except CodecError as exc:
             log.warning("%s: ignoring the node's handoff: %s", what, exc)
             return None
-        if handoff.expired(self._clock()):
+        if node_term is not None and handoff.term < node_term:
+            # Written by a scheduler replica that has been deposed since (docs/scheduler.md,
+            # fencing): its pod cannot have been bound by it, so it is not the one served.
+            log.warning(
+                "%s: ignoring the handoff of pod %s: written under scheduler term %d, the "
+                "node carries term %d",
+                what,
+                handoff.pod,
+                handoff.term,
+                node_term,
+            )
+            return None
+        now = self._clock()
+        if now >= min(handoff.expires, handoff.since + MAX_HANDOFF_TTL_S) or (
+            handoff.since > now + MAX_HANDOFF_TTL_S
+        ):
             log.info("%s: the handoff of pod %s has expired; looking for pods", what, handoff.pod)
             return None
         if vendor not in handoff.vendors or vendor in handoff.allocated:
