@@ -100,12 +100,13 @@ class LeaderElector:
         }
         prev_holder = (previous or {}).get("holderIdentity")
         transitions = _transitions(previous)
-        if prev_holder == self.identity and previous is not None:
+        if prev_holder == self.identity and previous is not None and self.is_leader:
             spec["acquireTime"] = previous.get("acquireTime") or now
             spec["leaseTransitions"] = transitions
         else:
-            # Every new holder gets a new term, also after a holder that was cleared by
-            # hand: two replicas must never write nodes under one term.
+            # Every acquisition gets a new term: after another holder, after a holder that
+            # was cleared by hand, and after this identity's own lapse (another process of
+            # the same identity, or this one before a stall): two writers never share one.
             spec["acquireTime"] = now
             spec["leaseTransitions"] = min(MAX_TERM, transitions + (1 if previous else 0))
         return spec
@@ -192,7 +193,8 @@ class LeaderElector:
         try:
             written = await self.kube.replace_lease(self.namespace, self.name, body)
         except KubeError as exc:
-            log.warning("raising the leadership term above %d failed: %s", above, exc)
+            # The Lease changed under us: we do not hold it any more, which is the answer.
+            log.info("not raising the leadership term above %d: %s", above, exc)
             return None
         self._held(self._clock(), written)
         log.info("leadership term raised to %s (a node carried term %d)", self.term, above)
