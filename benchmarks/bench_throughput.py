@@ -256,10 +256,22 @@ def main() -> None:
     parser.add_argument("--binds-in-flight", type=int, default=64)
     parser.add_argument("--policy", default="fgd-cpu", help="placement.policy (the default)")
     parser.add_argument("--quick", action="store_true", help="500 nodes, 300 pods")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the scheduler into FILE")
     args = parser.parse_args()
     if args.quick:
         args.nodes, args.pods = 500, 300
-    asyncio.run(run(args))
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            asyncio.run(run(args))
+        finally:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+    else:
+        asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 from sched_helpers import gpu_node, gpu_pod
 
+from xpushare.codec import TERM_KEY
 from xpushare.testing.apiserver import FakeApiServer, RecordedRequest
 from xpushare.testing.replicas import NodeAgents, Replica, overcommits, start_replica, wait_leader
 
@@ -47,14 +48,26 @@ CASES = [(name, when) for name, *_ in POINTS for when in ("before", "after")]
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, list[Replica]]]:
     async with FakeApiServer() as api:
+        # Nodes an earlier term wrote (as after any change of leader), so that the first bind
+        # of each case takes its node over and reads its pods.
+        api.put("leases", _lease(transitions=5))
         for i in range(len(CASES)):
-            api.put("nodes", gpu_node(f"n-{i}", "1x A100-80GB"))
+            api.put("nodes", gpu_node(f"n-{i}", "1x A100-80GB", **{TERM_KEY: "1"}))
         replicas = [start_replica(api.url, f"r{k}", tmp_path) for k in (1, 2)]
         try:
             yield api, replicas
         finally:
             for replica in replicas:
                 replica.stop()
+
+
+def _lease(transitions: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "xpushare-scheduler", "namespace": "default"},
+        "spec": {"holderIdentity": "", "leaseTransitions": transitions},
+    }
 
 
 async def _bind(

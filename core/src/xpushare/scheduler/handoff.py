@@ -83,8 +83,9 @@ class Acquired:
     """A handoff this bind wrote, and what the caller must do before its Binding."""
 
     handoff: Handoff
-    #: The first write of this term on the node: bindings of older terms may have landed
-    #: that this replica's watch has not shown yet, so the caller reads the node's pods.
+    #: The first write of this term on a node an older term wrote: bindings of that term
+    #: may have landed that this replica's watch has not shown yet, so the caller reads
+    #: the node's pods.
     took_over: bool
     #: The pod's resourceVersion after this bind fenced it (an older term had left a
     #: handoff of the very same pod): the Binding's precondition. Empty when not fenced.
@@ -347,7 +348,10 @@ class HandoffManager:
                     await self._refresh(node)
                     continue
                 self.metrics.handoff_wait_seconds.observe(loop.time() - started)
-                took_over = term is not None and (before is None or before < term)
+                # A node without a term was never written by a fenced bind: no Binding of
+                # an older term can be missing from our watch there (every replica writes
+                # its term when leader election is on, docs/scheduler.md).
+                took_over = term is not None and before is not None and before < term
                 return Acquired(handoff, took_over, pod_version)
         finally:
             slot.lock.release()
