@@ -22,6 +22,8 @@ def test_models_exports() -> None:
     assert sorted(xpushare.models.__all__) == sorted(
         [
             "API_VERSION",
+            # Added with xpushare_admission_guard: an optional hook, so API_VERSION stays.
+            "AdmissionGuard",
             "AllocateRequest",
             "ContainerAllocation",
             "ContainerAssignment",

@@ -25,14 +25,18 @@ def evaluate(expression: str, **variables) -> object:
     return cel.evaluate(expression, context)
 
 
-def pod(containers=None, init_containers=None) -> dict:
+def pod(containers=None, init_containers=None, ephemeral=None, volumes=None) -> dict:
     spec: dict = {"containers": containers or [{"name": "main", "image": "busybox"}]}
     if init_containers is not None:
         spec["initContainers"] = init_containers
+    if ephemeral is not None:
+        spec["ephemeralContainers"] = ephemeral
+    if volumes is not None:
+        spec["volumes"] = volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
 
 
-def container(limits=None, requests=None, env=None) -> dict:
+def container(limits=None, requests=None, env=None, prefix=None, security=None) -> dict:
     resources = {}
     if limits is not None:
         resources["limits"] = limits
@@ -41,7 +45,15 @@ def container(limits=None, requests=None, env=None) -> dict:
     found = {"name": "c", "image": "cuda", "resources": resources}
     if env is not None:
         found["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    if prefix is not None:
+        found["envFrom"] = [{"configMapRef": {"name": "a"}}, {"prefix": prefix, "secretRef": {}}]
+    if security is not None:
+        found["securityContext"] = security
     return found
+
+
+HOST_DEV = [{"name": "e", "emptyDir": {}}, {"name": "dev", "hostPath": {"path": "/dev"}}]
+PRIVILEGED = {"privileged": True}
 
 
 def match_condition(values=None) -> str:
@@ -69,6 +81,29 @@ def match_condition(values=None) -> str:
             True,
         ),
         (pod([container(env={"PATH": "/bin"})]), False),
+        # kubectl debug: the ephemeral container is judged like the others.
+        (pod(ephemeral=[container(env={"NVIDIA_VISIBLE_DEVICES": "all"})]), True),
+        (pod(ephemeral=[container(env={"TERM": "xterm"})]), False),
+        # envFrom with a prefix that could form a visibility variable from unseen keys.
+        (pod([container(prefix="NVIDIA_VISIBLE_")]), True),
+        (pod([container(prefix="N")]), True),
+        (pod(ephemeral=[container(prefix="NVIDIA_")]), True),
+        (pod([container(prefix="APP_")]), False),
+        (pod([container(prefix="")]), False),
+        # A privileged container (or one adding capabilities) with a hostPath volume could
+        # mount device nodes; either alone is Pod Security's business.
+        (pod([container(security=PRIVILEGED)], volumes=HOST_DEV), True),
+        (
+            pod([container(security={"capabilities": {"add": ["SYS_ADMIN"]}})], volumes=HOST_DEV),
+            True,
+        ),
+        (pod(init_containers=[container(security=PRIVILEGED)], volumes=HOST_DEV), True),
+        (pod(ephemeral=[container(security=PRIVILEGED)], volumes=HOST_DEV), True),
+        (pod([container(security=PRIVILEGED)], volumes=HOST_DEV[:1]), False),
+        (pod([container(security=PRIVILEGED)]), False),
+        (pod([container(security={"privileged": False})], volumes=HOST_DEV), False),
+        (pod([container(security={"capabilities": {"drop": ["ALL"]}})], volumes=HOST_DEV), False),
+        (pod([container(security={"runAsUser": 1000})], volumes=HOST_DEV), False),
     ],
 )
 def test_webhook_is_called_only_for_pods_asking_for_managed_resources(obj, sent):
@@ -87,6 +122,9 @@ def test_visibility_variables_with_a_wildcard_match_by_prefix():
     assert (
         evaluate(expression, object=pod([container(env={"NVIDIA_VISIBLE_DEVICES": "0"})])) is False
     )
+    # A prefix reaches a wildcard both ways: it begins the stem, or extends past it.
+    for prefix, sent in (("ASC", True), ("ASCEND_VISIBLE_", True), ("ASCENT", False)):
+        assert evaluate(expression, object=pod([container(prefix=prefix)])) is sent
 
 
 def node(name: str, annotations=None, labels=None, unschedulable=False) -> dict:

@@ -93,7 +93,15 @@ def test_webhook_sees_only_pods_that_ask_for_managed_resources():
             "apiVersions": ["v1"],
             "resources": ["pods"],
             "scope": "Namespaced",
-        }
+        },
+        # kubectl debug adds containers to running pods: the webhook must see them too.
+        {
+            "operations": ["UPDATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods/ephemeralcontainers"],
+            "scope": "Namespaced",
+        },
     ]
     assert webhook["clientConfig"]["service"] == {
         "namespace": NAMESPACE,
@@ -104,7 +112,7 @@ def test_webhook_sees_only_pods_that_ask_for_managed_resources():
     expression = webhook["matchConditions"][0]["expression"]
     for name in ("nvidia.com/gpumem", "huawei.com/Ascend910B3", "xpushare.io/mock-gpu"):
         assert f'"{name}"' in expression
-    assert "initContainers" in expression
+    assert "initContainers" in expression and "ephemeralContainers" in expression
     excluded = webhook["namespaceSelector"]["matchExpressions"][0]
     assert excluded["operator"] == "NotIn"
     assert {NAMESPACE, "kube-system"} <= set(excluded["values"])

@@ -32,6 +32,7 @@ def test_scheduler_configuration_loads_with_the_real_loader(scenario, tmp_path):
     expression = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"]
     for name in config.webhook.visibility_env:
         assert f'"{name}"' in expression[0]["expression"]
+    assert config.webhook.denied_capabilities == ("SYS_ADMIN", "SYS_MODULE", "ALL")
     assert config.leader.name == f"{RELEASE}-xpushare-scheduler"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"https": config.server.port, "metrics": config.server.metrics_port}

@@ -23,9 +23,9 @@ Rules that hold for every hook:
   (dlerror, errno and most vendor libraries are per-thread or not thread-safe). The host
   applies a timeout to each call; a call past it leaves the vendor marked stuck.
 * **Scheduler-side hooks** (resource_request, fit, score, patch_annotations,
-  mutate_admission) run in the scheduler process (``xpushare scheduler``) or the simulator,
-  on the caller's thread (the asyncio event loop), and must be pure: no I/O, no API server,
-  no blocking; they may be called thousands of times a second.
+  mutate_admission, admission_guard) run in the scheduler process (``xpushare scheduler``)
+  or the simulator, on the caller's thread (the asyncio event loop), and must be pure: no
+  I/O, no API server, no blocking; they may be called thousands of times a second.
 * Results are validated at the boundary against the models in :mod:`xpushare.models`: a
   result of the wrong type or shape is treated as an error of that vendor, named as such.
 * For ``firstresult`` hooks, ``None`` means "not handled here, ask the next implementation";
@@ -42,6 +42,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from xpushare.models import (
+        AdmissionGuard,
         AllocateRequest,
         ContainerAllocation,
         ContainerRequest,
@@ -279,4 +280,34 @@ def xpushare_mutate_admission(
     :class:`~xpushare.errors.AdmissionDenied` to refuse the pod with a message for its
     author. The core concatenates all patches and refuses two that write the same path.
     ``None``: nothing extra. Stops at the first non-``None`` result.
+    """
+
+
+@hookspec(firstresult=True)
+def xpushare_admission_guard(
+    vendor: VendorSpec, config: Mapping[str, Any]
+) -> AdmissionGuard | None:
+    """Say what the admission webhook must refuse so that this vendor's isolation holds.
+
+    Called once per vendor when the scheduler builds its admission webhook (at start), on the
+    thread that builds it (the event loop's), with the vendor's spec and its configuration
+    section (``vendors.<name>``, the same the node agent gets), so paths that the
+    configuration moves are declared where they really are. Pure: no I/O.
+
+    The result (:class:`~xpushare.models.AdmissionGuard`) names the environment variables
+    that switch the in-container limits off, the container and node paths the enforcement
+    depends on (for HAMi-core: ``/etc/ld.so.preload`` and its directory) and the vendor's
+    device nodes. The webhook refuses, unless the namespace is in
+    ``webhook.bypass_namespaces``: those variables (and ``envFrom`` prefixes that could form
+    them) in pods asking for this vendor's devices; a volume mounted at, under or above a
+    container path in a container that gets this vendor's shares; a hostPath volume at,
+    under or above a node path in such a pod; and a hostPath volume holding a device node
+    mounted by a privileged container of a pod that asks for no managed device. What the
+    core refuses for every vendor (privileged containers, ``CAP_SYS_ADMIN``, ``hostPID`` in
+    device pods) needs no declaration.
+
+    A result that fails validation, or an exception, is an error of this vendor: its pods are
+    then refused (HTTP 500 in the review) rather than admitted unchecked. ``None``: the
+    vendor's isolation needs nothing beyond the core's rules (e.g. whole devices only).
+    Stops at the first non-``None`` result.
     """

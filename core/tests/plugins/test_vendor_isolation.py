@@ -10,6 +10,7 @@ import pytest
 
 from xpushare import PluginError, VendorUnavailable, hookimpl
 from xpushare.models import (
+    AdmissionGuard,
     AllocateRequest,
     ContainerRequest,
     ContainerView,
@@ -21,6 +22,7 @@ from xpushare.models import (
     PodAssignment,
     PodRef,
     PodView,
+    VendorSpec,
 )
 from xpushare.plugins import HostSettings, PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
@@ -53,6 +55,10 @@ class Broken(Vendor):
     @hookimpl
     def xpushare_resource_request(self) -> Any:
         return ContainerRequest(vendor="someone-else")
+
+    @hookimpl
+    def xpushare_admission_guard(self) -> Any:
+        return {"container_paths": ["relative/dir"]}
 
     @hookimpl
     def xpushare_preferred_allocation(self) -> Any:
@@ -100,6 +106,12 @@ class Good(Vendor):
     @hookimpl
     def xpushare_shutdown(self, ctx: Any) -> None:
         self._here()
+
+    @hookimpl
+    def xpushare_admission_guard(self, vendor: VendorSpec, config: Any) -> AdmissionGuard:
+        # Paths from the vendor's own configuration, as a real vendor's HAMi-core directory.
+        root = config.get("root", "/opt/good")
+        return AdmissionGuard(env=(f"{vendor.name.upper()}_OFF",), container_paths=(root,))
 
 
 def _device(vendor: str, index: int) -> Device:
@@ -155,6 +167,8 @@ def test_bad_return_values_are_refused_at_the_boundary(pair: Any) -> None:
         broken.mutate_admission(
             pod=POD, container=POD.containers[0], index=0, request=ContainerRequest(vendor="broken")
         )
+    with pytest.raises(PluginError, match=r"(?s)xpushare_admission_guard returned.*absolute"):
+        broken.admission_guard()
     with pytest.raises(PluginError, match="request is for vendor 'someone-else'"):
         broken.resource_request(pod=POD, container=POD.containers[0])
     with pytest.raises(PluginError, match="xpushare_detect returned an invalid result"):
@@ -252,3 +266,51 @@ def test_shutdown_runs_only_after_a_successful_startup() -> None:
         h.vendor("flaky").startup()
     h.close()
     assert calls == []
+
+
+def _review(obj: dict[str, Any]) -> dict[str, Any]:
+    request = {"uid": "u", "operation": "CREATE", "namespace": "ns", "object": obj}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def _asking(resource: str, mount: str) -> dict[str, Any]:
+    container = {
+        "name": "c",
+        "resources": {"limits": {resource: "1"}},
+        "volumeMounts": [{"name": "v", "mountPath": mount}],
+    }
+    spec = {"containers": [container], "volumes": [{"name": "v", "emptyDir": {}}]}
+    return {"metadata": {"name": "p"}, "spec": spec}
+
+
+def test_a_vendors_admission_guard_reaches_the_webhook_and_a_broken_one_only_its_pods() -> None:
+    from xpushare.scheduler.cluster import ClusterState
+    from xpushare.scheduler.config import WebhookConfig
+    from xpushare.scheduler.webhook import Webhook
+    from xpushare.scheduling.ledger import UsageLedger
+
+    h = PluginHost(
+        HostSettings(), core_plugins=CORE_PLUGINS, vendor_config={"good": {"root": "/srv/iso"}}
+    )
+    h.register("broken", Broken("broken"))
+    h.register("good", Good("good"))
+    try:
+        guard = h.vendor("good").admission_guard()
+        assert guard.env == ("GOOD_OFF",) and guard.container_paths == ("/srv/iso",)
+        webhook = Webhook(
+            host=h,
+            cluster=ClusterState(UsageLedger()),
+            config=WebhookConfig(),
+            scheduler_name="s",
+        )
+        good = webhook.review(_review(_asking("good.example.com/gpu", "/srv")))["response"]
+        assert good["allowed"] is False and good["status"]["code"] == 403
+        assert "spec.containers[0].volumeMounts[0].mountPath '/srv'" in good["status"]["message"]
+        fine = webhook.review(_review(_asking("good.example.com/gpu", "/data")))["response"]
+        assert fine["allowed"] is True
+        # The broken vendor's pods are refused as a server error, not admitted unguarded.
+        broken = webhook.review(_review(_asking("broken.example.com/gpu", "/data")))["response"]
+        assert broken["allowed"] is False and broken["status"]["code"] == 500
+        assert "xpushare_admission_guard" in broken["status"]["message"]
+    finally:
+        h.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import json
 import ssl
 
@@ -15,22 +16,22 @@ from sched_helpers import CORES, GPU, MEM, PCT, add_nodes, make_certificates, st
 from xpushare.testing.apiserver import pod
 
 
-def review(obj, *, namespace="default", operation="CREATE", uid="req-1"):
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": namespace,
-            "operation": operation,
-            "userInfo": {"username": "alice"},
-            "object": obj,
-            "oldObject": None,
-            "dryRun": False,
-        },
+def review(obj, *, namespace="default", operation="CREATE", uid="req-1", sub=None, old=None):
+    request = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": namespace,
+        "operation": operation,
+        "userInfo": {"username": "alice"},
+        "object": obj,
+        "oldObject": old,
+        "dryRun": False,
     }
+    if sub is not None:
+        request["subResource"] = sub
+        request["requestSubResource"] = sub
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
 async def admit(sched, http, obj, **kwargs):
@@ -220,3 +221,396 @@ async def test_limits_env_only_matters_for_device_pods_visibility_for_all(sched,
     response = await admit(sched, http, plain)
     assert response["allowed"] is False
     assert "NVIDIA_VISIBLE_DEVICES" in response["status"]["message"]
+
+
+# -- what the webhook must also see: ephemeral containers, envFrom, privilege, paths ---------------
+#
+# The mock vendor declares the NVIDIA plugin's default guard (xpushare_admission_guard):
+# /etc/ld.so.preload and /usr/local/vgpu in sharing containers, /usr/local/vgpu on the node,
+# /dev/nvidia* device nodes.
+
+
+def denied(response):
+    assert response["allowed"] is False, response
+    assert 400 <= response["status"]["code"] < 500
+    message = response["status"]["message"]
+    assert "webhook.bypass_namespaces" in message  # says how to allow it
+    return message
+
+
+def with_ephemeral(obj, *containers):
+    obj = copy.deepcopy(obj)
+    obj["spec"].setdefault("ephemeralContainers", []).extend(containers)
+    return obj
+
+
+def debugger(name="debugger-x", env=None, **extra):
+    found = {"name": name, "image": "busybox", "targetContainerName": "main", **extra}
+    if env is not None:
+        found["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return found
+
+
+async def debug(sched, http, old, *containers, namespace="default"):
+    """kubectl debug: an UPDATE of pods/ephemeralcontainers carrying the whole pod."""
+    new = with_ephemeral(old, *containers)
+    return await admit(
+        sched,
+        http,
+        new,
+        operation="UPDATE",
+        sub="ephemeralcontainers",
+        old=old,
+        namespace=namespace,
+    )
+
+
+async def test_ephemeral_containers_are_reviewed(scheduler_factory, http):
+    sched = await scheduler_factory(**{"webhook.bypass_namespaces": "trusted"})
+    plain = pod("plain", limits={"cpu": "1"})
+    # NVIDIA_VISIBLE_DEVICES=all hands every GPU of the node to any pod, debugged or not.
+    response = await debug(sched, http, plain, debugger(env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    assert "spec.ephemeralContainers[0].env[NVIDIA_VISIBLE_DEVICES]" in denied(response)
+    assert "ephemeral container 'debugger-x'" in response["status"]["message"]
+    ok = await debug(
+        sched, http, plain, debugger(env={"NVIDIA_VISIBLE_DEVICES": "all"}), namespace="trusted"
+    )
+    assert ok["allowed"] is True
+    # Limit variables only matter where there are shares to limit.
+    assert (await debug(sched, http, plain, debugger(env={"CUDA_DEVICE_SM_LIMIT": "100"})))[
+        "allowed"
+    ] is True
+    # On a device pod the limit variables and a privileged debugger are refused too...
+    shared = gpu(gpu="1", mem="1000")
+    shared["spec"]["nodeName"] = "node-0"  # running: bound, assigned
+    shared["metadata"]["annotations"]["xpushare.io/assignment"] = '{"v":1}'
+    limit = await debug(sched, http, shared, debugger(env={"CUDA_DEVICE_MEMORY_LIMIT_0": "80g"}))
+    assert "spec.ephemeralContainers[0].env[CUDA_DEVICE_MEMORY_LIMIT_0]" in denied(limit)
+    sysadmin = debugger(securityContext={"privileged": True})  # kubectl debug --profile=sysadmin
+    message = denied(await debug(sched, http, shared, sysadmin))
+    assert "spec.ephemeralContainers[0].securityContext.privileged" in message
+    caps = debugger(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}})
+    message = denied(await debug(sched, http, shared, caps))
+    assert "spec.ephemeralContainers[0].securityContext.capabilities.add[SYS_ADMIN]" in message
+    # ...and a clean debugger passes without a patch: nothing of a running pod is changed
+    # (its assignment is real, its nodeName is set).
+    clean = await debug(sched, http, shared, debugger())
+    assert clean["allowed"] is True and "patch" not in clean
+
+
+async def test_only_the_ephemeral_containers_an_update_adds_are_judged(scheduler_factory, http):
+    sched = await scheduler_factory()
+    # Added while the namespace was allowed (or before the webhook): not judged again.
+    old = with_ephemeral(
+        pod("plain", limits={"cpu": "1"}), debugger("first", env={"NVIDIA_VISIBLE_DEVICES": "all"})
+    )
+    assert (await debug(sched, http, old, debugger("second")))["allowed"] is True
+    bad = debugger("third", env={"NVIDIA_VISIBLE_DEVICES": "all"})
+    message = denied(await debug(sched, http, old, bad))
+    assert "spec.ephemeralContainers[1].env[NVIDIA_VISIBLE_DEVICES]" in message
+    assert "ephemeralContainers[0]" not in message
+    # Other subresources and plain updates are still left alone.
+    status = await admit(sched, http, old, operation="UPDATE", sub="status", old=old)
+    assert status["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("prefix", "device_pod", "refused"),
+    [
+        ("CUDA_DISABLE_", True, True),  # + key CONTROL
+        ("CUDA_", True, True),
+        ("C", True, True),
+        ("CUDA_DEVICE_MEMORY_LIMIT_", True, True),  # extends into CUDA_DEVICE_MEMORY_LIMIT*
+        ("CUDA_DEVICE_SM_LIMIT_0_", True, True),
+        ("NVIDIA_VISIBLE_", False, True),  # visibility: on every pod
+        ("NVIDIA_VISIBLE_DEVICE", False, True),  # + a key "S"
+        ("N", False, True),
+        ("CUDA_DISABLE_", False, False),  # no shares to unlimit
+        ("APP_", True, False),
+        ("NODE_", False, False),
+        ("CUDA_VISIBLE_", True, False),
+        ("", True, False),  # no prefix: the keys are the ConfigMap's, a documented limit
+    ],
+)
+async def test_env_from_prefixes_that_can_form_a_guarded_variable_are_refused(
+    sched, http, prefix, device_pod, refused
+):
+    obj = gpu(gpu="1") if device_pod else pod("plain", limits={"cpu": "1"})
+    obj["spec"]["containers"].append(
+        {
+            "name": "side",
+            "image": "x",
+            "envFrom": [{"prefix": prefix, "configMapRef": {"name": "settings"}}],
+        }
+    )
+    response = await admit(sched, http, obj)
+    if refused:
+        assert "spec.containers[1].envFrom[0].prefix" in denied(response)
+    else:
+        assert response["allowed"] is True
+
+
+async def test_env_from_prefix_in_an_init_container_is_refused(sched, http):
+    obj = gpu(gpu="1")
+    obj["spec"]["initContainers"] = [
+        {"name": "init", "image": "x", "envFrom": [{"secretRef": {"name": "s"}}]},
+        {"name": "init2", "image": "x", "envFrom": [{"prefix": "x"}, {"prefix": "CUDA_DISABLE_"}]},
+    ]
+    message = denied(await admit(sched, http, obj))
+    assert "spec.initContainers[1].envFrom[1].prefix 'CUDA_DISABLE_'" in message
+    assert "init container 'init2'" in message
+
+
+@pytest.mark.parametrize(
+    "capability",
+    ["CAP_SYS_ADMIN", "SYS_ADMIN", "sys_admin", "Cap_Sys_Admin", "ALL", "all", "SYS_MODULE"],
+)
+async def test_capabilities_that_undo_the_preload_are_refused_on_device_pods(
+    sched, http, capability
+):
+    obj = gpu(gpu="1", mem="1000")
+    obj["spec"]["containers"][0]["securityContext"] = {
+        "capabilities": {"add": ["NET_ADMIN", capability], "drop": ["ALL"]}
+    }
+    message = denied(await admit(sched, http, obj))
+    assert f"spec.containers[0].securityContext.capabilities.add[{capability}]" in message
+    assert "NET_ADMIN" not in message
+
+
+async def test_capabilities_in_a_sidecar_or_an_init_container_count_too(sched, http):
+    obj = gpu(gpu="1")
+    obj["spec"]["initContainers"] = [
+        {"name": "setup", "image": "x", "securityContext": {"capabilities": {"add": ["ALL"]}}}
+    ]
+    message = denied(await admit(sched, http, obj))
+    assert "spec.initContainers[0].securityContext.capabilities.add[ALL]" in message
+    # Pods without devices: Pod Security's business, not ours.
+    plain = pod("plain", limits={"cpu": "1"})
+    plain["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
+    assert (await admit(sched, http, plain))["allowed"] is True
+    net = gpu(gpu="1")
+    net["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_RAW"]}}
+    assert (await admit(sched, http, net))["allowed"] is True
+
+
+async def test_host_pid_is_refused_on_device_pods(sched, http):
+    obj = gpu(gpu="1")
+    obj["spec"]["hostPID"] = True
+    assert "spec.hostPID" in denied(await admit(sched, http, obj))
+    plain = pod("plain", limits={"cpu": "1"})
+    plain["spec"]["hostPID"] = True
+    assert (await admit(sched, http, plain))["allowed"] is True
+
+
+def volumes_pod(path, mount_path="/host", **mount):
+    obj = gpu(gpu="1", mem="1000")
+    obj["spec"]["volumes"] = [
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "conf", "configMap": {"name": "conf"}},
+        {"name": "host", "hostPath": {"path": path}},
+    ]
+    obj["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "scratch", "mountPath": "/scratch"},
+        {"name": "host", "mountPath": mount_path, **mount},
+    ]
+    return obj
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/usr/local/vgpu",
+        "/usr/local/vgpu/",
+        "//usr/local/vgpu",
+        "/usr/local/./vgpu",
+        "/usr/local/vgpu/../vgpu",
+        "/usr/local/vgpu/containers/other-pod_main",  # another pod's accounting
+        "/usr/local/vgpu/ld.so.preload",
+        "/usr/local",  # holds it (a subPath would reach in)
+        "/usr",
+        "/",
+    ],
+)
+async def test_host_path_of_the_hami_core_directory_is_refused_on_device_pods(sched, http, path):
+    message = denied(await admit(sched, http, volumes_pod(path, subPath="vgpu")))
+    assert f"spec.volumes[2].hostPath.path {path!r}" in message
+    assert "mounted by spec.containers[0].volumeMounts[1]" in message
+    assert "/usr/local/vgpu" in message
+
+
+@pytest.mark.parametrize("path", ["/usr/local/vgpu-old", "/usr/local/bin", "/var/log", "/data"])
+async def test_other_host_paths_pass_the_webhook(sched, http, path):
+    assert (await admit(sched, http, volumes_pod(path)))["allowed"] is True
+
+
+async def test_an_unmounted_host_path_is_refused_too(sched, http):
+    # An ephemeral container could mount it later.
+    obj = volumes_pod("/usr/local/vgpu")
+    obj["spec"]["containers"][0]["volumeMounts"].pop()
+    message = denied(await admit(sched, http, obj))
+    assert "spec.volumes[2].hostPath.path" in message and "mounted by" not in message
+
+
+@pytest.mark.parametrize(
+    ("mount_path", "volume"),
+    [
+        ("/etc", {"emptyDir": {}}),
+        ("/etc/", {"emptyDir": {}}),
+        ("//etc", {"emptyDir": {}}),
+        ("/etc/../etc", {"emptyDir": {}}),
+        ("/etc/.", {"configMap": {"name": "etc"}}),
+        ("etc", {"emptyDir": {}}),  # the runtime takes a relative path from the root
+        ("/etc/ld.so.preload", {"configMap": {"name": "empty"}}),
+        ("/etc//ld.so.preload", {"hostPath": {"path": "/dev/null"}}),
+        ("/etc/ld.so.preload", {"projected": {"sources": []}}),
+        ("/usr/local/vgpu", {"emptyDir": {}}),
+        ("/usr/local/vgpu/libvgpu.so", {"hostPath": {"path": "/tmp/noop.so"}}),
+        ("/usr/local/vgpu/..", {"emptyDir": {}}),  # /usr/local: above the directory
+        ("/usr", {"emptyDir": {}}),
+        ("/", {"emptyDir": {}}),
+    ],
+)
+async def test_mounts_over_the_preload_or_the_hami_core_directory_are_refused(
+    sched, http, mount_path, volume
+):
+    obj = gpu(gpu="1", mem="1000")
+    obj["spec"]["volumes"] = [{"name": "x", **volume}]
+    obj["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "x", "mountPath": "/data"},
+        {"name": "x", "mountPath": mount_path, "subPath": "ld.so.preload"},
+    ]
+    message = denied(await admit(sched, http, obj))
+    assert f"spec.containers[0].volumeMounts[1].mountPath {mount_path!r}" in message
+    assert "container 'main'" in message
+
+
+async def test_mounts_in_an_init_container_with_devices_and_block_devices_are_refused(sched, http):
+    obj = pod("p", limits={"cpu": "1"})
+    obj["spec"]["volumes"] = [
+        {"name": "x", "emptyDir": {}},
+        {"name": "b", "persistentVolumeClaim": {"claimName": "b"}},
+    ]
+    obj["spec"]["initContainers"] = [
+        {
+            "name": "warmup",
+            "image": "x",
+            "resources": {"limits": {GPU: "1", MEM: "100"}},
+            "volumeMounts": [{"name": "x", "mountPath": "/etc"}],
+            "volumeDevices": [{"name": "b", "devicePath": "/usr/local/vgpu/libvgpu.so"}],
+        }
+    ]
+    message = denied(await admit(sched, http, obj))
+    assert "spec.initContainers[0].volumeMounts[0].mountPath '/etc'" in message
+    assert "spec.initContainers[0].volumeDevices[0].devicePath" in message
+
+
+@pytest.mark.parametrize(
+    "mount_path",
+    ["/etc/myapp", "/etc/ld.so.preload.d", "/etcd", "/usr/local/vgpux", "/tmp", "/data"],
+)
+async def test_ordinary_mounts_of_device_pods_pass(sched, http, mount_path):
+    obj = gpu(gpu="1", mem="1000")
+    obj["spec"]["volumes"] = [
+        {"name": "x", "emptyDir": {}},
+        {"name": "conf", "configMap": {"name": "conf"}},
+    ]
+    obj["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "x", "mountPath": mount_path},
+        {"name": "conf", "mountPath": "/etc/myapp/conf.d", "readOnly": True},
+    ]
+    result = patched(obj, await admit(sched, http, obj))
+    assert result["spec"]["schedulerName"] == "xpushare-scheduler"
+
+
+async def test_a_sidecar_without_devices_may_mount_over_etc(sched, http):
+    # No HAMi-core in it: nothing to undo (its environment and privileges are still judged).
+    obj = gpu(gpu="1")
+    obj["spec"]["volumes"] = [{"name": "x", "emptyDir": {}}]
+    obj["spec"]["containers"].append(
+        {"name": "side", "image": "x", "volumeMounts": [{"name": "x", "mountPath": "/etc"}]}
+    )
+    assert (await admit(sched, http, obj))["allowed"] is True
+
+
+def device_pod(path, security):
+    obj = pod("sneaky", limits={"cpu": "1"})
+    obj["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": path}}]
+    obj["spec"]["containers"][0]["securityContext"] = security
+    obj["spec"]["containers"][0]["volumeMounts"] = [{"name": "dev", "mountPath": "/dev/gpu"}]
+    return obj
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/dev/nvidia0",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-caps/nvidia-cap1",
+        "/dev/../dev/nvidia0",
+        "//dev/nvidia0",
+        "/dev",
+        "/dev/",
+        "/",
+    ],
+)
+async def test_privileged_pods_without_devices_may_not_mount_the_device_nodes(sched, http, path):
+    response = await admit(sched, http, device_pod(path, {"privileged": True}))
+    message = denied(response)
+    assert f"spec.volumes[0].hostPath.path {path!r}" in message
+    assert "spec.containers[0].volumeMounts[0]" in message
+    assert "/dev/nvidia*" in message
+
+
+async def test_the_device_rule_counts_capabilities_and_ephemeral_containers(sched, http):
+    sys_admin = device_pod("/dev/nvidia0", {"capabilities": {"add": ["cap_sys_admin"]}})
+    assert "spec.volumes[0].hostPath.path" in denied(await admit(sched, http, sys_admin))
+    # Without privilege the device cgroup keeps the nodes closed: nothing to refuse.
+    assert (await admit(sched, http, device_pod("/dev/nvidia0", {})))["allowed"] is True
+    assert (await admit(sched, http, device_pod("/dev/shm", {"privileged": True})))["allowed"]
+    # A privileged debugger that mounts the pod's /dev volume.
+    plain = device_pod("/dev", {})
+    sysadmin = debugger(
+        securityContext={"privileged": True},
+        volumeMounts=[{"name": "dev", "mountPath": "/host-dev"}],
+    )
+    message = denied(await debug(sched, http, plain, sysadmin))
+    assert "spec.ephemeralContainers[0].volumeMounts[0]" in message
+
+
+async def test_every_refused_field_is_listed_and_an_allowed_namespace_passes(
+    scheduler_factory, http
+):
+    sched = await scheduler_factory(**{"webhook.bypass_namespaces": "gpu-operator,trusted"})
+    obj = volumes_pod("/usr/local/vgpu", mount_path="/etc")
+    obj["spec"]["hostPID"] = True
+    obj["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    message = denied(await admit(sched, http, obj))
+    for field in (
+        "spec.containers[0].env[NVIDIA_VISIBLE_DEVICES]",
+        "spec.containers[0].volumeMounts[1].mountPath '/etc'",
+        "spec.hostPID",
+        "spec.volumes[2].hostPath.path",
+    ):
+        assert field in message
+    assert (await admit(sched, http, obj, namespace="trusted"))["allowed"] is True
+
+
+async def test_ordinary_pods_pass_untouched(sched, http):
+    obj = pod("web", limits={"cpu": "1"})
+    obj["spec"]["volumes"] = [
+        {"name": "x", "emptyDir": {}},
+        {"name": "logs", "hostPath": {"path": "/var/log"}},
+    ]
+    obj["spec"]["containers"][0].update(
+        {
+            "envFrom": [{"configMapRef": {"name": "settings"}}, {"prefix": "APP_"}],
+            "volumeMounts": [
+                {"name": "x", "mountPath": "/etc"},
+                {"name": "logs", "mountPath": "/var/log/host"},
+            ],
+            "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}},
+        }
+    )
+    response = await admit(sched, http, obj)
+    assert response["allowed"] is True and "patch" not in response

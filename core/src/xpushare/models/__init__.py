@@ -14,10 +14,17 @@ from xpushare.models.kube import ContainerView, NodeView, PodRef, PodView
 from xpushare.models.monitor import ContainerUsage, DeviceSample, HealthEvent, MonitorSnapshot
 from xpushare.models.request import ContainerRequest
 from xpushare.models.usage import DeviceUsage
-from xpushare.models.vendor import API_VERSION, JsonPatchOp, ResourceNames, VendorSpec
+from xpushare.models.vendor import (
+    API_VERSION,
+    AdmissionGuard,
+    JsonPatchOp,
+    ResourceNames,
+    VendorSpec,
+)
 
 __all__ = [
     "API_VERSION",
+    "AdmissionGuard",
     "AllocateRequest",
     "ContainerAllocation",
     "ContainerAssignment",

@@ -1,5 +1,7 @@
-"""How a vendor plugin describes itself, and the JSON patch its admission hook returns."""
+"""How a vendor plugin describes itself, what its isolation needs the webhook to refuse, and
+the JSON patch its admission hook returns."""
 
+import posixpath
 import re
 from typing import Any, Literal
 
@@ -66,3 +68,66 @@ class JsonPatchOp(Model):
     op: Literal["add", "remove", "replace", "test"]
     path: str = Field(pattern=r"^(/[^/]*)+$")
     value: Any = None
+
+
+def _absolute(value: str) -> str:
+    # Compared with pod paths after the same normalisation (webhook), so declare it once here.
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path")
+    return posixpath.normpath("/" + value.lstrip("/"))
+
+
+class AdmissionGuard(Model):
+    """What the admission webhook must refuse so that a vendor's in-container isolation holds.
+
+    Returned by ``xpushare_admission_guard``. Every entry only *adds* to what the webhook
+    refuses; a namespace in ``webhook.bypass_namespaces`` is exempt from all of them. Paths
+    are absolute; they are normalised (``//``, ``.``, ``..``, a trailing ``/``) as the pod's
+    paths are before they are compared.
+    """
+
+    env: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "environment variables that switch the isolation off or around, refused in pods "
+            "that ask for this vendor's devices (also as the prefix of an envFrom); a '*' at "
+            "the end matches any suffix"
+        ),
+    )
+    container_paths: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "paths inside a container that gets this vendor's shares that the isolation "
+            "depends on (e.g. /etc/ld.so.preload, HAMi-core's directory): no volume of such a "
+            "container may be mounted at, under or above them"
+        ),
+    )
+    host_paths: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "node paths the isolation depends on (e.g. HAMi-core's directory with the library "
+            "and the preload file): no hostPath volume of a pod that asks for this vendor's "
+            "devices may be one of them, under or above them"
+        ),
+    )
+    device_paths: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "the vendor's device nodes on the node, as shell patterns (e.g. /dev/nvidia*): a "
+            "privileged container of a pod that asks for no managed device may not mount a "
+            "hostPath volume that is, or holds, one of them"
+        ),
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not name or "*" in name[:-1] or any(c in name for c in "?[]"):
+                raise ValueError(f"{name!r}: a variable name, with '*' only at its end")
+        return value
+
+    @field_validator("container_paths", "host_paths", "device_paths")
+    @classmethod
+    def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_absolute(v) for v in value)

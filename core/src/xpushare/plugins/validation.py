@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from xpushare.models import (
+    AdmissionGuard,
     ContainerAllocation,
     ContainerRequest,
     Device,
@@ -114,3 +115,7 @@ def annotations(value: Any, taken: Mapping[str, str] | None = None) -> dict[str,
 
 def patches(value: Any) -> tuple[JsonPatchOp, ...]:
     return _PATCHES.validate_python(value)
+
+
+def admission_guard(value: Any) -> AdmissionGuard:
+    return AdmissionGuard.model_validate(value)

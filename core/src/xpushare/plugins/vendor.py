@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from xpushare.errors import AdmissionDenied, PluginError, VendorUnavailable
 from xpushare.models import (
+    AdmissionGuard,
     AllocateRequest,
     ContainerAllocation,
     ContainerRequest,
@@ -254,6 +255,17 @@ class VendorHandle:
         if raw is None:
             return ()
         return self._checked("xpushare_mutate_admission", lambda: validation.patches(raw))
+
+    def admission_guard(self) -> AdmissionGuard:
+        """What the webhook must refuse for this vendor; empty when the vendor says nothing.
+
+        Given the vendor's configuration, as node-side hooks get it, because the paths it
+        declares (HAMi-core's directory) are settings of the vendor.
+        """
+        raw = self._call("xpushare_admission_guard", vendor=self.spec, config=self._config)
+        if raw is None:
+            return AdmissionGuard()
+        return self._checked("xpushare_admission_guard", lambda: validation.admission_guard(raw))
 
     # -- node side (the vendor's library thread) ------------------------------------------
 

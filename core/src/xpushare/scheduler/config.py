@@ -89,10 +89,13 @@ class BindConfig(_Section):
 
 
 class WebhookConfig(_Section):
-    #: Namespaces whose pods may set the isolation-bypass environment variables below.
+    #: Namespaces exempt from every isolation rule of the webhook: the variables below, the
+    #: privileged and capability rules, hostPID, and the vendors' paths and device nodes
+    #: (``xpushare_admission_guard``). Trusted system namespaces only (a GPU operator).
     bypass_namespaces: tuple[str, ...] = ()
     #: Environment variables that switch in-container isolation off or around
     #: (research/hami-protocol.md §7.1, perf-reliability.md §4): '*' matches any suffix.
+    #: Each vendor's own (``AdmissionGuard.env``) are refused as well.
     bypass_env: tuple[str, ...] = (
         "CUDA_DISABLE_CONTROL",
         "CUDA_DEVICE_MEMORY_LIMIT*",
@@ -110,6 +113,12 @@ class WebhookConfig(_Section):
     #: Refuse privileged containers in pods that ask for managed devices (they see every
     #: device of the node).
     deny_privileged: bool = True
+    #: Capabilities refused in pods that ask for managed devices: each lets a process undo
+    #: the preload that enforces the limits (SYS_ADMIN: unmount or mount over
+    #: /etc/ld.so.preload, enter another container's mounts; SYS_MODULE: load a kernel
+    #: module; ALL: every one). Compared without case and without a ``CAP_`` prefix, as the
+    #: container runtimes read them.
+    denied_capabilities: tuple[str, ...] = ("SYS_ADMIN", "SYS_MODULE", "ALL")
     #: A request for whole devices with neither memory nor compute becomes exclusive.
     whole_device_exclusive: bool = True
 

@@ -149,6 +149,29 @@ def containers(obj: Any) -> list[tuple[Object, bool, int]]:
     return out
 
 
+#: The pod's container lists in the order the webhook reports them; ephemeral containers
+#: (``kubectl debug``) hold no devices, so :func:`containers` leaves them out.
+CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def all_containers(obj: Any) -> list[tuple[str, int, Object]]:
+    """(list field, index, container) for init, regular and ephemeral containers.
+
+    Tolerant, unlike :func:`containers`: a list or item of the wrong type is skipped, since
+    the callers check rules on what is there and the API server validates the shape.
+    """
+    out: list[tuple[str, int, Object]] = []
+    sp = spec(obj)
+    for field in CONTAINER_FIELDS:
+        items = sp.get(field)
+        if not isinstance(items, list):
+            continue
+        for index, item in enumerate(items):
+            if isinstance(item, dict):
+                out.append((field, index, item))
+    return out
+
+
 def pod_view(obj: Any) -> PodView:
     """The pod as scheduler-side hooks see it; ``ValueError`` names a malformed field."""
     if not isinstance(obj, dict):

@@ -8,9 +8,16 @@ that ask for a managed resource, it
 * refuses what is invalid: non-numeric or negative values, memory in MiB and as a percent,
   compute above 100, memory above the largest device of the vendor in the cluster, a
   preset ``spec.nodeName`` (it would skip the scheduler and so the device assignment);
-* refuses isolation bypasses: the environment variables that switch HAMi-core's limits off
-  or around (``CUDA_DISABLE_CONTROL`` first), and privileged containers, unless the
-  namespace is allowed by configuration;
+* refuses isolation bypasses, unless the namespace is allowed by configuration: the
+  environment variables that switch HAMi-core's limits off or around
+  (``CUDA_DISABLE_CONTROL`` first), set directly or through an ``envFrom`` prefix that could
+  form them; privileged containers, capabilities that undo the preload (``CAP_SYS_ADMIN``),
+  ``hostPID``; volumes over the paths the enforcement depends on (``/etc/ld.so.preload``,
+  HAMi-core's directory, in the container or on the node) as each vendor declares them
+  (``xpushare_admission_guard``); and, in pods that ask for no device, privileged containers
+  that mount the vendors' device nodes from the node;
+* checks ephemeral containers (``kubectl debug``: an UPDATE of ``pods/ephemeralcontainers``)
+  against the same environment and privilege rules, and changes nothing else of a running pod;
 * sets ``spec.schedulerName`` and applies defaults: a device count when only memory or
   compute is given (as HAMi does), and compute 100 (exclusive use) for a request of whole
   devices with neither memory nor compute;
@@ -25,12 +32,20 @@ import base64
 import fnmatch
 import json
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from xpushare.codec import ASSIGNMENT_KEY
 from xpushare.errors import AdmissionDenied, PluginError
-from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView
+from xpushare.models import AdmissionGuard, ContainerRequest, ContainerView, JsonPatchOp, PodView
 from xpushare.scheduler import objects as ob
+from xpushare.scheduler.podguard import (
+    capability_name,
+    holds_device,
+    normalize_path,
+    prefix_reaches,
+    relation,
+)
 from xpushare.scheduling.quantity import parse_quantity
 
 if TYPE_CHECKING:
@@ -75,6 +90,21 @@ class Webhook:
         for handle in host.vendors.values():
             for resource in handle.spec.resource_names.all():
                 self._resources[resource] = handle
+        # What each vendor's isolation needs refused, asked once: the answer depends on the
+        # vendor's configuration only. A vendor whose answer fails has its pods refused (500)
+        # rather than admitted with its paths unguarded; other vendors are not affected.
+        self._guards: dict[str, AdmissionGuard] = {}
+        self._guard_errors: dict[str, PluginError] = {}
+        for handle in host.vendors.values():
+            try:
+                self._guards[handle.name] = handle.admission_guard()
+            except PluginError as exc:
+                log.error("webhook: %s; pods asking for its devices will be refused", exc)
+                self._guard_errors[handle.name] = exc
+        self._device_paths = tuple(
+            sorted({p for guard in self._guards.values() for p in guard.device_paths})
+        )
+        self._denied_caps = frozenset(capability_name(c) for c in config.denied_capabilities)
 
     # -- the AdmissionReview envelope --------------------------------------------------------------
 
@@ -129,11 +159,16 @@ class Webhook:
 
     def _admit(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
         kind = request.get("kind") or {}
-        if request.get("operation") != "CREATE" or (
-            isinstance(kind, dict) and kind.get("kind") not in (None, "Pod")
-        ):
+        if isinstance(kind, dict) and kind.get("kind") not in (None, "Pod"):
             return [], []
-        if request.get("subResource"):
+        operation = request.get("operation")
+        subresource = request.get("subResource") or ""
+        # kubectl debug adds an ephemeral container to a running pod through this
+        # subresource (the object is the whole Pod): the only way a pod's containers change
+        # after creation, so the only UPDATE reviewed. Other updates cannot touch env,
+        # volumes or security contexts (the API server forbids it).
+        debug = operation == "UPDATE" and subresource == "ephemeralcontainers"
+        if not debug and (operation != "CREATE" or subresource):
             return [], []
         pod = request.get("object")
         if not isinstance(pod, dict):
@@ -145,14 +180,19 @@ class Webhook:
             raise AdmissionDenied(f"the pod is malformed: {exc}") from None
         pod_name = ob.name(pod) or str(ob.meta(pod).get("generateName") or "") + "*"
         who = f"pod {namespace}/{pod_name}"
+        asks = self._asks(view)
+        if debug:
+            new = _new_ephemeral(pod, request.get("oldObject"))
+            self._check_isolation(pod, namespace, who, asks, only=new)
+            # A running pod: its assignment is real and its spec is fixed; nothing to patch.
+            return [], []
         patches: list[dict[str, Any]] = []
         warnings: list[str] = []
         if ASSIGNMENT_KEY in ob.annotations_of(pod):
             patches.append(
                 {"op": "remove", "path": f"/metadata/annotations/{escape(ASSIGNMENT_KEY)}"}
             )
-        asks = self._asks(view)
-        self._check_bypass(pod, namespace, who, asks)
+        self._check_isolation(pod, namespace, who, asks)
         if not asks:
             return patches, warnings
         spec = ob.spec(pod)
@@ -196,52 +236,195 @@ class Webhook:
                 out.append((container, index, vendors))
         return out
 
-    def _check_bypass(
+    def _check_isolation(
         self,
         pod: ob.Object,
         namespace: str,
         who: str,
         asks: list[tuple[ContainerView, int, list[VendorHandle]]],
+        only: frozenset[tuple[str, int]] | None = None,
     ) -> None:
+        """Refuse what would switch off, bypass or undo the in-container isolation.
+
+        *only*: check just these containers (new ephemeral ones) and no pod-level field,
+        which was checked when the pod was created and cannot change since.
+        """
         if namespace in self.config.bypass_namespaces:
             return
-        allowed = (
-            f"; a cluster admin can allow it for namespace {namespace!r} with "
-            "webhook.bypass_namespaces"
+        own: dict[tuple[str, int], list[VendorHandle]] = {
+            ("initContainers" if c.init else "containers", i): vendors for c, i, vendors in asks
+        }
+        asked = list(dict.fromkeys(h for vendors in own.values() for h in vendors))
+        for handle in asked:
+            if handle.name in self._guard_errors:
+                raise self._guard_errors[handle.name]
+        guards = {h.name: self._guards.get(h.name, AdmissionGuard()) for h in asked}
+        # Limits only matter on pods that get shares; visibility matters on all.
+        env = (*self.config.bypass_env, *(n for g in guards.values() for n in g.env))
+        check = _Check(
+            patterns=(*self.config.visibility_env, *(env if asks else ())),
+            volumes=_volumes(pod),
         )
-        for container, _, _ in ob.containers(pod):
-            cname = container.get("name", "?")
-            for item in container.get("env") or []:
-                if not isinstance(item, dict):
-                    continue
-                var = str(item.get("name", ""))
-                # Limits only matter on pods that get shares; visibility matters on all.
-                patterns = self.config.bypass_env if asks else ()
-                patterns = (*patterns, *self.config.visibility_env)
-                if not any(fnmatch.fnmatchcase(var, p) for p in patterns):
-                    continue
-                value = item.get("value")
-                if (
-                    var == "CUDA_DISABLE_CONTROL"
-                    and isinstance(value, str)
-                    and not _truthy_env(value)
-                ):
-                    continue
-                raise AdmissionDenied(
-                    f"{who}, container {cname!r}: environment variable {var} would switch off "
-                    "or bypass the in-container device isolation; remove it" + allowed
+        for field_name, index, container in ob.all_containers(pod):
+            if only is not None and (field_name, index) not in only:
+                continue
+            where = f"spec.{field_name}[{index}]"
+            label = f"{_KIND[field_name]} {str(container.get('name', '?'))!r}"
+            self._env(check, container, where, label)
+            elevated = self._security(check, container, where, label, bool(asks))
+            vendors = own.get((field_name, index), [])
+            if vendors:
+                self._mounts(check, container, where, label, [guards[h.name] for h in vendors])
+            if elevated and not asks:
+                self._devices(check, container, where, label)
+        if only is None and asks:
+            self._pod_level(check, pod, guards)
+        if check.problems:
+            shown = check.problems[:_MAX_PROBLEMS]
+            more = len(check.problems) - len(shown)
+            listed = (
+                shown[0]
+                if len(check.problems) == 1
+                else f"{len(check.problems)} problems: "
+                + "; ".join(f"{n}) {text}" for n, text in enumerate(shown, 1))
+                + (f"; and {more} more" if more else "")
+            )
+            raise AdmissionDenied(
+                f"{who} is refused: {listed}"
+                + f". A cluster admin can allow this for namespace {namespace!r} with "
+                "webhook.bypass_namespaces"
+            )
+
+    @staticmethod
+    def _env(check: _Check, container: ob.Object, where: str, label: str) -> None:
+        items = container.get("env")
+        for item in items if isinstance(items, list) else ():
+            if not isinstance(item, dict):
+                continue
+            var = str(item.get("name", ""))
+            if not any(fnmatch.fnmatchcase(var, p) for p in check.patterns):
+                continue
+            value = item.get("value")
+            if var == "CUDA_DISABLE_CONTROL" and isinstance(value, str) and not _truthy_env(value):
+                continue
+            check.problems.append(
+                f"{where}.env[{var}] ({label}) would switch off or bypass the in-container "
+                "device isolation: remove it"
+            )
+        sources = container.get("envFrom")
+        for j, source in enumerate(sources if isinstance(sources, list) else ()):
+            prefix = source.get("prefix") if isinstance(source, dict) else None
+            # Without a prefix the names are the ConfigMap's keys, which no webhook sees:
+            # a documented limit, not something to refuse every envFrom for.
+            if not isinstance(prefix, str) or not prefix:
+                continue
+            reached = next((p for p in check.patterns if prefix_reaches(prefix, p)), None)
+            if reached is not None:
+                check.problems.append(
+                    f"{where}.envFrom[{j}].prefix {prefix!r} ({label}) can form {reached} from "
+                    "keys the webhook cannot see, which would switch off or bypass the "
+                    "in-container device isolation: use a prefix that cannot begin such a "
+                    "variable (e.g. APP_)"
                 )
-            security = container.get("securityContext") or {}
-            if (
-                asks
-                and self.config.deny_privileged
-                and isinstance(security, dict)
-                and security.get("privileged") is True
-            ):
-                raise AdmissionDenied(
-                    f"{who}, container {cname!r} is privileged and so sees every device of the "
-                    "node, not only the shares assigned to it; drop privileged: true" + allowed
+
+    def _security(
+        self, check: _Check, container: ob.Object, where: str, label: str, asks: bool
+    ) -> bool:
+        """Check the security context; whether the container is privileged or holds a
+        denied capability (what the device-node rule needs)."""
+        security = container.get("securityContext")
+        if not isinstance(security, dict):
+            return False
+        privileged = security.get("privileged") is True
+        if privileged and asks and self.config.deny_privileged:
+            check.problems.append(
+                f"{where}.securityContext.privileged ({label}) sees every device of the node, "
+                "not only the shares assigned to it: drop privileged: true"
+            )
+        capabilities = security.get("capabilities")
+        added = capabilities.get("add") if isinstance(capabilities, dict) else None
+        denied = [
+            c
+            for c in (added if isinstance(added, list) else ())
+            if capability_name(c) in self._denied_caps
+        ]
+        if asks:
+            for raw in denied:
+                check.problems.append(
+                    f"{where}.securityContext.capabilities.add[{raw}] ({label}) lets its "
+                    "processes undo the preload that enforces the device limits: drop it"
                 )
+        return privileged or bool(denied)
+
+    @staticmethod
+    def _mounts(
+        check: _Check, container: ob.Object, where: str, label: str, guards: list[AdmissionGuard]
+    ) -> None:
+        guarded = list(dict.fromkeys(p for g in guards for p in g.container_paths))
+        for key, target in (("volumeMounts", "mountPath"), ("volumeDevices", "devicePath")):
+            items = container.get(key)
+            for k, item in enumerate(items if isinstance(items, list) else ()):
+                raw = item.get(target) if isinstance(item, dict) else None
+                if not isinstance(raw, str):
+                    continue
+                path = normalize_path(raw)
+                for protected in guarded:
+                    how = relation(path, protected)
+                    if how is None:
+                        continue
+                    check.problems.append(
+                        f"{where}.{key}[{k}].{target} {raw!r} ({label}) {_RELATION[how]} "
+                        f"{protected}, which the device isolation of its shares depends on: "
+                        f"mount the volume elsewhere"
+                    )
+                    break
+
+    def _devices(self, check: _Check, container: ob.Object, where: str, label: str) -> None:
+        items = container.get("volumeMounts")
+        for k, item in enumerate(items if isinstance(items, list) else ()):
+            name = item.get("name") if isinstance(item, dict) else None
+            found = check.volumes.get(name) if isinstance(name, str) else None
+            if found is None or found.host_path is None:
+                continue
+            pattern = next(
+                (p for p in self._device_paths if holds_device(found.host_path, p)), None
+            )
+            if pattern is None:
+                continue
+            check.problems.append(
+                f"spec.volumes[{found.index}].hostPath.path {found.raw_path!r} holds device "
+                f"nodes {pattern}, and {where}.volumeMounts[{k}] mounts it in privileged "
+                f"{label} of a pod that asks for no managed device, which would use them "
+                "behind the scheduler's back: ask for the devices in resources.limits, or "
+                "remove the mount"
+            )
+
+    @staticmethod
+    def _pod_level(check: _Check, pod: ob.Object, guards: dict[str, AdmissionGuard]) -> None:
+        spec = ob.spec(pod)
+        if spec.get("hostPID") is True:
+            check.problems.append(
+                "spec.hostPID lets the pod's processes reach every process of the node, those "
+                "of other pods sharing its devices included, and their limits: remove "
+                "hostPID: true"
+            )
+        for volume in check.volumes.values():
+            if volume.host_path is None:
+                continue
+            for vendor, guard in guards.items():
+                hit = next((p for p in guard.host_paths if relation(volume.host_path, p)), None)
+                if hit is None:
+                    continue
+                mounts = _mounted_by(pod, volume.name)
+                check.problems.append(
+                    f"spec.volumes[{volume.index}].hostPath.path {volume.raw_path!r} (volume "
+                    f"{volume.name!r}"
+                    + (f", mounted by {', '.join(mounts)}" if mounts else "")
+                    + f") {_HOST_RELATION[relation(volume.host_path, hit) or 'over']} {hit} on the "
+                    f"node, which {vendor}'s device isolation depends on (the library, the "
+                    "preload file, the accounting of every container): remove the volume"
+                )
+                break
 
     def _container(
         self,
@@ -378,3 +561,85 @@ class Webhook:
                 f"the largest {handle.name} device in the cluster has {largest} MiB; ask at "
                 "most that, or more devices"
             )
+
+
+# -- helpers of the isolation rules ---------------------------------------------------------------
+
+#: More refusals than this in one pod are counted, not listed: the message stays readable.
+_MAX_PROBLEMS = 5
+
+_KIND = {
+    "initContainers": "init container",
+    "containers": "container",
+    "ephemeralContainers": "ephemeral container",
+}
+
+#: How a mount in the container touches a guarded path (podguard.relation)...
+_RELATION = {
+    "over": "is mounted over",
+    "above": "would hide",
+    "inside": "is mounted inside",
+}
+#: ...and how a hostPath volume touches a guarded node path.
+_HOST_RELATION = {"over": "is", "above": "holds", "inside": "lies inside"}
+
+
+@dataclass(frozen=True)
+class _Volume:
+    index: int
+    name: str
+    raw_path: str | None
+    #: The normalised hostPath, None for any other kind of volume.
+    host_path: str | None
+
+
+@dataclass
+class _Check:
+    """The state of one pod's isolation check: what is guarded, what was found."""
+
+    patterns: tuple[str, ...]
+    volumes: dict[str, _Volume]
+    problems: list[str] = field(default_factory=list)
+
+
+def _volumes(pod: ob.Object) -> dict[str, _Volume]:
+    items = ob.spec(pod).get("volumes")
+    out: dict[str, _Volume] = {}
+    for index, item in enumerate(items if isinstance(items, list) else ()):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            continue
+        host = item.get("hostPath")
+        raw = host.get("path") if isinstance(host, dict) else None
+        path = normalize_path(raw) if isinstance(raw, str) else None
+        out[item["name"]] = _Volume(index, item["name"], raw if path else None, path)
+    return out
+
+
+def _mounted_by(pod: ob.Object, volume: str) -> list[str]:
+    """The field paths of every mount of *volume*, in any kind of container."""
+    out = []
+    for field_name, index, container in ob.all_containers(pod):
+        mounts = container.get("volumeMounts")
+        for k, item in enumerate(mounts if isinstance(mounts, list) else ()):
+            if isinstance(item, dict) and item.get("name") == volume:
+                out.append(f"spec.{field_name}[{index}].volumeMounts[{k}]")
+    return out
+
+
+def _new_ephemeral(pod: ob.Object, old: Any) -> frozenset[tuple[str, int]]:
+    """The ephemeral containers an update adds: those whose name the old pod does not have.
+
+    Ephemeral containers can be added, never changed or removed, so the ones already there
+    were reviewed when they were added; checking them again would refuse every later debug
+    session of a pod whose namespace was allowed then.
+    """
+    before = {
+        str(c.get("name"))
+        for f, _, c in ob.all_containers(old if isinstance(old, dict) else {})
+        if f == "ephemeralContainers"
+    }
+    return frozenset(
+        (f, i)
+        for f, i, c in ob.all_containers(pod)
+        if f == "ephemeralContainers" and str(c.get("name")) not in before
+    )

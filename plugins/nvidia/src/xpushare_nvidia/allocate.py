@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final
 import pynvml
 
 from xpushare.models import (
+    AdmissionGuard,
     AllocateRequest,
     ContainerAllocation,
     Device,
@@ -57,6 +58,37 @@ META_DIR: Final = "xpushare-meta"
 PRELOAD_TARGET: Final = "/etc/ld.so.preload"
 #: The preload file on the node (next to the library).
 PRELOAD_FILE: Final = "ld.so.preload"
+
+#: Variables that switch HAMi-core's limits off or around when a pod sets them itself
+#: (research/hami-protocol.md §6.4, §7.1): the limits and the accounting file Allocate sets,
+#: the library HAMi-core loads, HAMi's switch for the preload, and the visible devices.
+GUARDED_ENV: Final = (
+    "CUDA_DISABLE_CONTROL",
+    "CUDA_DEVICE_MEMORY_LIMIT*",
+    "CUDA_DEVICE_SM_LIMIT*",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+    "CUDA_OVERSUBSCRIBE",
+    "CUDA_REDIRECT",
+    "GPU_CORE_UTILIZATION_POLICY",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+#: The driver's device nodes: /dev/nvidia0..N, nvidiactl, nvidia-uvm(-tools), nvidia-modeset
+#: and the MIG capabilities under /dev/nvidia-caps.
+DEVICE_NODES: Final = "/dev/nvidia*"
+
+
+def admission_guard(config: NvidiaConfig) -> AdmissionGuard:
+    """What the webhook must refuse so that the mounts of :func:`_hami_core` hold: a volume
+    over the preload file or HAMi-core's directory in a sharing container, a hostPath of
+    that directory on the node, and the device nodes in privileged pods without a GPU."""
+    hc = config.hami_core
+    return AdmissionGuard(
+        env=GUARDED_ENV,
+        container_paths=(*((PRELOAD_TARGET,) if hc.preload else ()), hc.container_dir),
+        host_paths=(hc.host_dir,),
+        device_paths=(DEVICE_NODES,),
+    )
+
 
 #: Kubernetes container names are DNS labels (RFC 1123); checked because the name becomes a
 #: directory name on the node.

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from xpushare import API_VERSION, hookimpl
 from xpushare.models import (
+    AdmissionGuard,
     AllocateRequest,
     ContainerAllocation,
     ContainerRequest,
@@ -103,3 +105,10 @@ def xpushare_score(
     request: ContainerRequest, node: NodeView, fit: FitResult, usage: Mapping[str, DeviceUsage]
 ) -> float | None:
     return fitting.score(request, node, fit, usage)
+
+
+@hookimpl
+def xpushare_admission_guard(config: Mapping[str, Any]) -> AdmissionGuard:
+    # The scheduler gets the same `nvidia` section as the node agents, so the paths guarded
+    # are the ones Allocate mounts.
+    return allocate.admission_guard(NvidiaConfig.from_mapping(config))

@@ -27,6 +27,7 @@ from xpushare.errors import VendorUnavailable
 from xpushare.hookspecs import hookimpl
 from xpushare.models import (
     API_VERSION,
+    AdmissionGuard,
     AllocateRequest,
     ContainerAllocation,
     Device,
@@ -58,6 +59,19 @@ def xpushare_vendor() -> VendorSpec:
             memory_percent="xpushare.io/mock-gpumem-percentage",
             compute="xpushare.io/mock-gpucores",
         ),
+    )
+
+
+@hookimpl
+def xpushare_admission_guard() -> AdmissionGuard:
+    # The mock stands for a GPU vendor isolated by HAMi-core: it declares the NVIDIA plugin's
+    # default layout (and device nodes) besides its own limit variables, so the webhook's
+    # path rules are exercised end to end without the NVIDIA plugin or a GPU.
+    return AdmissionGuard(
+        env=("XPUSHARE_MOCK_MEMORY_LIMIT_*", "XPUSHARE_MOCK_CORE_LIMIT_*"),
+        container_paths=("/etc/ld.so.preload", "/usr/local/vgpu"),
+        host_paths=("/usr/local/vgpu",),
+        device_paths=("/dev/nvidia*",),
     )
 
 
