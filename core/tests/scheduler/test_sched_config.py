@@ -89,3 +89,15 @@ def test_example_kube_scheduler_configuration_matches_the_extender():
         counted = name.endswith("/gpu") or name.endswith("-gpu")
         assert ignored is not counted, name
     assert config["profiles"][0]["schedulerName"] == SchedulerConfig().scheduler_name
+
+
+def test_the_api_client_reads_proxies_and_netrc_only_where_they_exist(tmp_path):
+    from xpushare.scheduler.kube import _environment_matters
+
+    home = {"HOME": str(tmp_path)}
+    assert not _environment_matters(home)
+    assert _environment_matters({**home, "HTTPS_PROXY": "http://proxy:3128"})
+    assert _environment_matters({**home, "no_proxy": "", "all_proxy": "socks5://p"})
+    assert not _environment_matters({**home, "NO_PROXY": "10.0.0.0/8"})
+    (tmp_path / ".netrc").write_text("machine api login x password y\n")
+    assert _environment_matters(home)
