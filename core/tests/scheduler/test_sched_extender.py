@@ -31,6 +31,7 @@ async def test_filter_node_names_sorts_fit_full_and_unresolvable(api, sched, htt
             lambda o: o["metadata"]["annotations"].pop("xpushare.io/handoff", None),
         )
     want = create_pod(api, gpu_pod("want", gpu="1", mem="40000"))
+    await sched.scheduler.events.flush()  # the binds' events are sent in the background
     writes_before = len(api.writes())
     result = await sched.post(
         http, "filter", filter_args(want, ["node-0", "node-1", "small", "ghost"])
