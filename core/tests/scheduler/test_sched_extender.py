@@ -113,3 +113,29 @@ async def test_no_fit_leaves_a_warning_event_on_the_pod(api, sched, http):
     assert events[0]["involvedObject"]["name"] == "huge"
     assert "fewer devices" in events[0]["message"]
     assert GPU not in events[0]["message"] or True
+
+
+async def test_a_pod_that_skipped_the_webhook_is_held_to_its_isolation_rules(
+    api, scheduler_factory, http
+):
+    sched = await scheduler_factory(**{"webhook.bypass_namespaces": ["trusted"]})
+    add_nodes(api, 2)
+    # Created past the webhook (the ignore label, an excluded namespace, an outage with
+    # failurePolicy Ignore): hostPID lets it undo the in-container limits.
+    sneaky = gpu_pod("sneaky", gpu="1", mem="1000")
+    sneaky["spec"]["hostPID"] = True
+    sneaky = create_pod(api, sneaky)
+    await sched.settle(api)
+    result = await sched.post(http, "filter", filter_args(sneaky, ["node-0", "node-1"]))
+    assert result["NodeNames"] == []
+    assert set(result["FailedAndUnresolvableNodes"]) == {"node-0", "node-1"}
+    assert "spec.hostPID" in result["FailedAndUnresolvableNodes"]["node-0"]
+    answer = await sched.post(http, "bind", bind_args(sneaky, "node-0"))
+    assert "spec.hostPID" in answer["Error"]
+    assert not api.get("pods", "sneaky")["spec"].get("nodeName")
+    # The same pod in a namespace the admin allowed is placed.
+    allowed = gpu_pod("allowed", namespace="trusted", gpu="1", mem="1000")
+    allowed["spec"]["hostPID"] = True
+    allowed = create_pod(api, allowed)
+    result = await sched.post(http, "filter", filter_args(allowed, ["node-0", "node-1"]))
+    assert sorted(result["NodeNames"]) == ["node-0", "node-1"]

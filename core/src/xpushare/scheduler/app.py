@@ -143,6 +143,12 @@ class Scheduler:
             term=(lambda: leader.term) if leader is not None else (lambda: None),
             raise_term=leader.raise_term if leader is not None else None,
         )
+        self.webhook = Webhook(
+            host=host,
+            cluster=self.cluster,
+            config=config.webhook,
+            scheduler_name=config.scheduler_name,
+        )
         self.extender = Extender(
             placer=self.placer,
             host=host,
@@ -153,12 +159,7 @@ class Scheduler:
             metrics=self.metrics,
             bind_wait_s=config.bind.wait_s,
             is_leader=self.is_leader,
-        )
-        self.webhook = Webhook(
-            host=host,
-            cluster=self.cluster,
-            config=config.webhook,
-            scheduler_name=config.scheduler_name,
+            vet=self.webhook.isolation_problem,
         )
         timeout = config.kube.watch_timeout_s
         self.informers = [

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +145,7 @@ class Extender:
         metrics: SchedulerMetrics,
         bind_wait_s: float,
         is_leader: Any = None,
+        vet: Callable[[ob.Object], str | None] | None = None,
     ) -> None:
         self.placer = placer
         self.feasibility = FeasibilityChecker(placer)
@@ -156,6 +158,8 @@ class Extender:
         self.metrics = metrics
         self.bind_wait_s = bind_wait_s
         self._is_leader = is_leader or (lambda: True)
+        #: The webhook's isolation rules, asked again of every pod placed (webhook.py).
+        self._vet = vet or (lambda pod: None)
         self._pods: OrderedDict[str, ob.Object] = OrderedDict()
         self._aborts: dict[str, asyncio.Event] = {}
         #: Reservations whose Binding got no answer: kept until the pod is read back.
@@ -254,6 +258,12 @@ class Extender:
         if not_ready:
             self.metrics.decisions.labels(verb="filter", result="error").inc()
             return answer([], not_ready)
+        refused = self._vet(parsed.pod)
+        if refused:
+            unresolvable.update(dict.fromkeys(names, refused))
+            self.metrics.decisions.labels(verb="filter", result="refused").inc()
+            self._event(parsed.pod, "Warning", "IsolationRefused", refused)
+            return answer([])
         self._remember(parsed.pod)
         result = self.feasibility.check(request, names)
         tally: dict[str, int] = {}
@@ -354,6 +364,9 @@ class Extender:
             return self._bind_failed(stub, "invalid-request", str(exc))
         if parsed.request is None:
             return self._bind_failed(pod, "invalid-request", parsed.error)
+        refused = self._vet(pod) if parsed.request.wants_devices else None
+        if refused:
+            return self._bind_failed(pod, "isolation", refused)
         # One identity per pod everywhere: the pod watch counts a pod under its UID, so the
         # reservation must be keyed the same way whether or not the caller sent PodUID.
         return await self._bind(pod, parsed, ob.pod_key(pod), node, term)

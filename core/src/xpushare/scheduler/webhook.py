@@ -220,6 +220,27 @@ class Webhook:
             patches.extend(self._container(pod, view, container, index, vendors, who))
         return patches, warnings
 
+    def isolation_problem(self, pod: ob.Object) -> str | None:
+        """Why the isolation rules refuse *pod*, or None when they let it pass.
+
+        The extender asks this of every pod it places: a pod reaches it without this webhook
+        having seen it when the webhook was skipped (the ignore label, a namespace the chart
+        excludes, ``failurePolicy: Ignore`` while the webhook was down), and such a pod
+        must not get devices the webhook would have refused it.
+        """
+        try:
+            view = ob.pod_view(pod)
+        except ValueError:
+            return None  # the extender reports a malformed pod itself
+        namespace = ob.namespace(pod)
+        try:
+            self._check_isolation(
+                pod, namespace, f"pod {namespace}/{ob.name(pod)}", self._asks(view)
+            )
+        except (AdmissionDenied, PluginError) as exc:
+            return str(exc)
+        return None
+
     def _asks(self, view: PodView) -> list[tuple[ContainerView, int, list[VendorHandle]]]:
         """Containers that name a managed resource (with their index in their list)."""
         out: list[tuple[ContainerView, int, list[VendorHandle]]] = []
