@@ -7,7 +7,7 @@ import time
 
 from sched_helpers import DevicePlugin, add_nodes, bind_args, create_pod, gpu_pod
 
-from xpushare.codec import FENCED_KEY, HANDOFF_KEY, Handoff, encode_handoff
+from xpushare.codec import FENCED_KEY, HANDOFF_KEY, TERM_KEY, Handoff, encode_handoff
 from xpushare.models import PodRef
 
 
@@ -33,13 +33,17 @@ async def test_a_bind_without_pod_uid_counts_the_pod_once_and_frees_it(api, sche
     assert list(sched.scheduler.ledger.entries()) == []
 
 
-def _put_handoff(api, node, pod, *, since, expires):
+def _put_handoff(api, node, pod, *, since, expires, term=None):
     value = encode_handoff(
-        Handoff(pod=pod, vendors=("mock",), since=since, expires=expires), node=node
+        Handoff(pod=pod, vendors=("mock",), since=since, expires=expires, term=term or 0),
+        node=node,
     )
 
     def change(obj):
-        obj["metadata"].setdefault("annotations", {})[HANDOFF_KEY] = value
+        annotations = obj["metadata"].setdefault("annotations", {})
+        annotations[HANDOFF_KEY] = value
+        if term is not None:
+            annotations[TERM_KEY] = str(term)
 
     api.modify("nodes", node, change)
 
@@ -106,3 +110,34 @@ async def _lose_answer(request) -> None:
     from xpushare.testing.apiserver import ApiStatusError
 
     raise ApiStatusError(500, "InternalError", "the answer was lost")
+
+
+async def test_a_retried_bind_fences_its_own_pods_handoff_from_an_older_term(
+    api, scheduler_factory, http
+):
+    # This replica's term will be 6; an older term (1) wrote the node and left a handoff of
+    # the very pod kube-scheduler now retries here.
+    api.put(
+        "leases",
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "xpushare-scheduler", "namespace": "kube-system"},
+            "spec": {"holderIdentity": "", "leaseTransitions": 5},
+        },
+    )
+    add_nodes(api, 1)
+    p = create_pod(api, gpu_pod("p", gpu="1", mem="1000"))
+    ref = PodRef(namespace="default", name="p", uid=p["metadata"]["uid"])
+    now = time.time()
+    _put_handoff(api, "node-0", ref, since=now, expires=now + 20, term=1)
+    sched = await scheduler_factory(leader=True)
+    await sched.settle(api)
+    started = time.monotonic()
+    assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
+    assert time.monotonic() - started < 1.5  # no wait: the handoff is not a bind in flight
+    bound = api.get("pods", "p")
+    assert bound["spec"]["nodeName"] == "node-0"
+    assert bound["metadata"]["annotations"][FENCED_KEY] == "6"
+    node = api.get("nodes", "node-0")["metadata"]["annotations"]
+    assert node[TERM_KEY] == "6"

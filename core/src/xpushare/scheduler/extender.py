@@ -452,8 +452,13 @@ class Extender:
             if wrote_handoff and outcome == "failed":
                 await self.handoffs.release(node, ref, term)
             bound = self.ledger.entry(key)
-            if bound is not None and not bound.reserved and bound.node == node:
-                return {"Error": ""}  # bound by an earlier try of this bind: nothing lost
+            if bound is not None and not bound.reserved:
+                # Bound meanwhile, by an earlier try of this bind or an older term's.
+                if bound.node == node:
+                    return {"Error": ""}
+                return self._bind_failed(
+                    pod, "already-bound", f"pod {ref} is already bound to node {bound.node}"
+                )
             reason = {
                 HandoffTimeout: "handoff-timeout",
                 HandoffAborted: "pod-deleted",

@@ -182,8 +182,14 @@ class HandoffManager:
         cause, _ = await self._judge(node, term)
         return cause
 
-    async def _judge(self, node: str, term: int | None) -> tuple[str | None, ob.Object | None]:
-        """:meth:`stale_cause`, and the handoff's pod as a fence read it (None: not fenced)."""
+    async def _judge(
+        self, node: str, term: int | None, binding: PodRef | None = None
+    ) -> tuple[str | None, ob.Object | None]:
+        """:meth:`stale_cause`, and the handoff's pod as a fence read it (None: not fenced).
+
+        *binding* is the pod the caller is binding: a handoff of that pod is an older
+        term's, not a bind in flight here (one bind per pod at a time).
+        """
         record = self.cluster.nodes.get(node)
         if record is None or record.handoff_raw is None:
             return None, None
@@ -192,7 +198,8 @@ class HandoffManager:
             return "malformed", None
         if handoff.complete():
             return "complete", None
-        if pod_key(handoff.pod) in self.in_flight:
+        mine = binding is not None and same_pod(handoff.pod, binding)
+        if not mine and pod_key(handoff.pod) in self.in_flight:
             return None, None  # our own bind settles it, whatever its times say
         expired = self.expired(record)
         known = self.cluster.pod_by_name(handoff.pod.namespace, handoff.pod.name)
@@ -202,7 +209,8 @@ class HandoffManager:
             if known.started:
                 return "started", None
             return ("expired" if expired else None), None
-        if not expired and self.clock() - record.handoff_seen <= NEVER_BOUND_GRACE_S:
+        young = self.clock() - record.handoff_seen <= NEVER_BOUND_GRACE_S
+        if not expired and young and not mine:
             return None, None
         return await self._fence(node, handoff, term, expired)
 
@@ -324,7 +332,7 @@ class HandoffManager:
                 if not self._free_for(node, pod, term):
                     record = self.cluster.nodes.get(node)
                     current = record.handoff if record else None
-                    cause, fenced = await self._judge(node, term)
+                    cause, fenced = await self._judge(node, term, pod)
                     if cause is not None:
                         if (
                             fenced is not None
