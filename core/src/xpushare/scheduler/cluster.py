@@ -199,9 +199,11 @@ class ClusterState:
         if record is None:
             record = self.nodes[name] = NodeRecord(name)
         version = ob.resource_version(obj)
-        if _older(version, record.resource_version):
-            # Our own patch already applied a newer state; a late watch event must not
-            # bring the old handoff back.
+        if _older(version, record.resource_version) or (
+            version and version == record.resource_version
+        ):
+            # Our own patch already applied this state or a newer one: the watch's echo of
+            # it changes nothing, and a late event must not bring the old handoff back.
             return
         record.resource_version = version
         fingerprint = self._fingerprint(obj)
