@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from xpushare.placement import Placer
 from xpushare.plugins import PluginHost
@@ -45,8 +45,18 @@ log = logging.getLogger(__name__)
 _CHUNK = 64 * 1024
 
 
+#: Content codings a request body may carry. kube-scheduler and the API server never compress
+#: what they send (Go's client compresses nothing it uploads), so a compressed body is refused
+#: (415) rather than inflated: inflating is a zip bomb's way in.
+_IDENTITY = frozenset({"", "identity"})
+
+
 class TooLarge(Exception):
     pass
+
+
+class BadEncoding(Exception):
+    """The body carries a Content-Encoding other than identity."""
 
 
 class CertificateReloader:
@@ -229,6 +239,14 @@ class Scheduler:
     # -- HTTP --------------------------------------------------------------------------------------
 
     async def _body(self, request: web.Request) -> bytes:
+        codings = [
+            token.strip().lower()
+            for value in request.headers.getall(hdrs.CONTENT_ENCODING, [])
+            for token in value.split(",")
+        ]
+        bad = [c for c in codings if c not in _IDENTITY]
+        if bad:
+            raise BadEncoding(", ".join(bad))
         cap = self.config.server.max_body_bytes
         if request.content_length is not None and request.content_length > cap:
             raise TooLarge()
@@ -267,6 +285,21 @@ class Scheduler:
                         "body-too-large",
                         f"request body larger than {self.config.server.max_body_bytes} bytes "
                         "(server.max_body_bytes)",
+                    )
+                except BadEncoding as exc:
+                    response = self._error(
+                        verb,
+                        415,
+                        "bad-encoding",
+                        f"request body has Content-Encoding {exc}; only uncompressed (identity) "
+                        "bodies are accepted",
+                    )
+                    response.headers[hdrs.ACCEPT_ENCODING] = "identity"
+                    return response
+                except web.RequestPayloadError as exc:
+                    # A malformed chunked encoding or a body shorter than its Content-Length.
+                    return self._error(
+                        verb, 400, "bad-body", f"request body could not be read: {exc}"
                     )
                 except (ValueError, RecursionError) as exc:
                     return self._error(
@@ -362,7 +395,14 @@ class Scheduler:
     async def _listen(
         self, app: web.Application, host: str, port: int, context: ssl.SSLContext | None
     ) -> int:
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=1.0,
+            # Bodies are read as sent: a compressed one is refused, never inflated.
+            auto_decompress=False,
+        )
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=context)
         await site.start()
