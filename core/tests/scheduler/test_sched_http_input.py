@@ -113,9 +113,7 @@ async def test_a_content_coding_on_a_plain_body_is_refused_with_415(sched, http,
     assert headers["Accept-Encoding"] == "identity"
 
 
-@pytest.mark.parametrize(
-    ("coding", "pack"), [("gzip", gzip.compress), ("deflate", zlib.compress)]
-)
+@pytest.mark.parametrize(("coding", "pack"), [("gzip", gzip.compress), ("deflate", zlib.compress)])
 async def test_really_compressed_bodies_are_refused_not_inflated(api, sched, http, coding, pack):
     """A compressed body (a zip bomb among them) is never inflated: 415, whatever it holds."""
     add_nodes(api, 1)
