@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import resource
 import socket
 import ssl
+import subprocess
+import sys
 
 from sched_helpers import add_nodes, create_pod, filter_args, gpu_pod, make_certificates
 
@@ -250,3 +253,20 @@ async def test_a_stalled_tls_handshake_is_closed(api, scheduler_factory, tmp_pat
     reader, writer = await connect(port, context)
     assert await request(reader, writer, HEALTHZ) == (200, b"ok")
     writer.close()
+
+
+def test_the_open_file_limit_is_raised_to_what_the_caps_need():
+    """In a child process started with a soft limit of 256 (as a container runtime may)."""
+    script = (
+        "import resource, sys\n"
+        "from xpushare.scheduler.connections import ensure_descriptors\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "print(ensure_descriptors(1000), resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    granted, now, hard = (int(v) for v in result.stdout.split())
+    expected = 1000 if hard in (-1, resource.RLIM_INFINITY) or hard >= 1000 else hard
+    assert granted == now == expected
