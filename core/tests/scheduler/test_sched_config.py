@@ -37,6 +37,10 @@ def test_file_then_environment_then_flags(tmp_path):
         ({"XPUSHARE_SCHEDULER__SERVER__PORTT": "1"}, "server.portt"),
         ({"XPUSHARE_SCHEDULER__TLS__CERT_FILE": "/x"}, "given together"),
         ({"XPUSHARE_SCHEDULER__LEADER__RETRY_PERIOD_S": "30"}, "retry_period_s"),
+        ({"XPUSHARE_SCHEDULER__SERVER__HEADER_TIMEOUT_S": "0"}, "server.header_timeout_s"),
+        ({"XPUSHARE_SCHEDULER__SERVER__BODY_TIMEOUT_S": "-1"}, "server.body_timeout_s"),
+        ({"XPUSHARE_SCHEDULER__SERVER__IDLE_TIMEOUT_S": "soon"}, "server.idle_timeout_s"),
+        ({"XPUSHARE_SCHEDULER__SERVER__MAX_CONNECTIONS": "0"}, "server.max_connections"),
     ],
 )
 def test_invalid_settings_name_the_setting_and_the_source(env, words):
@@ -44,6 +48,20 @@ def test_invalid_settings_name_the_setting_and_the_source(env, words):
         load_config(None, env)
     assert words in str(err.value)
     assert "XPUSHARE_SCHEDULER__* variables" in str(err.value)
+
+
+def test_connection_limits_have_defaults_and_come_from_every_source(tmp_path):
+    server = load_config(None, {}).server
+    # Headers in 10 s, a body in 30 s (the longest a caller waits), idle 120 s (longer than
+    # the callers' own 90 s pools), 1,000 connections per listener.
+    assert (server.header_timeout_s, server.body_timeout_s) == (10, 30)
+    assert (server.idle_timeout_s, server.max_connections) == (120, 1000)
+    file = tmp_path / "scheduler.yaml"
+    file.write_text("server:\n  header_timeout_s: 2.5\n  max_connections: 50\n")
+    env = {"XPUSHARE_SCHEDULER__SERVER__BODY_TIMEOUT_S": "12"}
+    server = load_config(file, env, {"server.idle_timeout_s": "60"}).server
+    assert (server.header_timeout_s, server.body_timeout_s) == (2.5, 12)
+    assert (server.idle_timeout_s, server.max_connections) == (60, 50)
 
 
 def test_unreadable_file(tmp_path):

@@ -22,13 +22,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from xpushare.placement import Placer
 from xpushare.plugins import PluginHost
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler.cluster import ClusterState
 from xpushare.scheduler.config import SchedulerConfig
+from xpushare.scheduler.connections import (
+    FD_RESERVE,
+    ConnectionGuard,
+    ConnectionLimits,
+    GuardedSite,
+    ensure_descriptors,
+)
 from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.extender import BadRequest, Extender
 from xpushare.scheduler.handoff import HandoffManager
@@ -45,8 +52,25 @@ log = logging.getLogger(__name__)
 _CHUNK = 64 * 1024
 
 
+#: Content codings a request body may carry. kube-scheduler and the API server never compress
+#: what they send (Go's client compresses nothing it uploads), so a compressed body is refused
+#: (415) rather than inflated: inflating is a zip bomb's way in.
+_IDENTITY = frozenset({"", "identity"})
+
+#: The connection guard of the listener an application is served on.
+GUARD: web.AppKey[ConnectionGuard] = web.AppKey("xpushare-connection-guard", ConnectionGuard)
+
+
 class TooLarge(Exception):
     pass
+
+
+class BadEncoding(Exception):
+    """The body carries a Content-Encoding other than identity."""
+
+
+class SlowBody(Exception):
+    """The body did not arrive within ``server.body_timeout_s``."""
 
 
 class CertificateReloader:
@@ -233,16 +257,28 @@ class Scheduler:
     # -- HTTP --------------------------------------------------------------------------------------
 
     async def _body(self, request: web.Request) -> bytes:
+        codings = [
+            token.strip().lower()
+            for value in request.headers.getall(hdrs.CONTENT_ENCODING, [])
+            for token in value.split(",")
+        ]
+        bad = [c for c in codings if c not in _IDENTITY]
+        if bad:
+            raise BadEncoding(", ".join(bad))
         cap = self.config.server.max_body_bytes
         if request.content_length is not None and request.content_length > cap:
             raise TooLarge()
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.content.iter_chunked(_CHUNK):
-            size += len(chunk)
-            if size > cap:
-                raise TooLarge()
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.config.server.body_timeout_s):
+                async for chunk in request.content.iter_chunked(_CHUNK):
+                    size += len(chunk)
+                    if size > cap:
+                        raise TooLarge()
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise SlowBody() from None
         return b"".join(chunks)
 
     def _error(self, verb: str, status: int, reason: str, message: str) -> web.Response:
@@ -271,6 +307,34 @@ class Scheduler:
                         "body-too-large",
                         f"request body larger than {self.config.server.max_body_bytes} bytes "
                         "(server.max_body_bytes)",
+                    )
+                except BadEncoding as exc:
+                    response = self._error(
+                        verb,
+                        415,
+                        "bad-encoding",
+                        f"request body has Content-Encoding {exc}; only uncompressed (identity) "
+                        "bodies are accepted",
+                    )
+                    response.headers[hdrs.ACCEPT_ENCODING] = "identity"
+                    return response
+                except SlowBody:
+                    guard = request.app.get(GUARD)
+                    if guard is not None:
+                        guard.close_after(request)
+                    response = self._error(
+                        verb,
+                        408,
+                        "body-timeout",
+                        f"request body not received within {self.config.server.body_timeout_s} s "
+                        "(server.body_timeout_s)",
+                    )
+                    response.force_close()
+                    return response
+                except web.RequestPayloadError as exc:
+                    # A malformed chunked encoding or a body shorter than its Content-Length.
+                    return self._error(
+                        verb, 400, "bad-body", f"request body could not be read: {exc}"
                     )
                 except (ValueError, RecursionError) as exc:
                     return self._error(
@@ -355,25 +419,59 @@ class Scheduler:
             self.tls = CertificateReloader(tls.cert_file, tls.key_file)
             self._tasks.append(asyncio.create_task(self._tls_loop(), name="tls-reload"))
         await self.start_background()
+        listeners = 2 if server.metrics_port else 1
+        ensure_descriptors(listeners * server.max_connections + FD_RESERVE)
         self.ports["main"] = await self._listen(
-            self.web_app(), server.host, server.port, self.tls.context if self.tls else None
+            "main",
+            self.web_app(),
+            server.host,
+            server.port,
+            self.tls.context if self.tls else None,
         )
         if server.metrics_port:
             self.ports["metrics"] = await self._listen(
-                self.web_app(probes_only=True), server.host, server.metrics_port, None
+                "metrics", self.web_app(probes_only=True), server.host, server.metrics_port, None
             )
 
     async def _listen(
-        self, app: web.Application, host: str, port: int, context: ssl.SSLContext | None
+        self,
+        name: str,
+        app: web.Application,
+        host: str,
+        port: int,
+        context: ssl.SSLContext | None,
     ) -> int:
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        server = self.config.server
+        guard = ConnectionGuard(
+            name,
+            ConnectionLimits(
+                header_timeout_s=server.header_timeout_s,
+                idle_timeout_s=server.idle_timeout_s,
+                max_connections=server.max_connections,
+            ),
+            on_active=self.metrics.connections.labels(listener=name).set,
+            on_closed=lambda reason: self.metrics.connections_closed.labels(
+                listener=name, reason=reason
+            ).inc(),
+        )
+        app[GUARD] = guard
+        app.middlewares.append(guard.middleware)
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=1.0,
+            # Bodies are read as sent: a compressed one is refused, never inflated.
+            auto_decompress=False,
+            # The guard closes idle connections; aiohttp's own timer (an hour by default)
+            # is only a second line.
+            keepalive_timeout=server.idle_timeout_s,
+        )
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=context)
+        site = GuardedSite(runner, host, port, guard, ssl_context=context)
         await site.start()
         self._runners.append(runner)
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        return int(sockets[0].getsockname()[1]) if sockets else port
+        return site.port
 
     async def _repair_loop(self) -> None:
         while True:

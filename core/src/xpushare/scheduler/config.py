@@ -29,6 +29,23 @@ ENV_PREFIX = "XPUSHARE_SCHEDULER__"
 #: nodeCacheCapable ExtenderArgs is larger.
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 
+#: Request headers are a few hundred bytes that every real client (kube-scheduler, the API
+#: server) sends in one write; 10 s is generous on any network and matches the TLS handshake
+#: timeout of client-go's transports. Slower means a stalled or hostile client.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+#: The longest any caller waits for an answer: the webhook's timeoutSeconds is at most 30 s
+#: and the extender's httpTimeout defaults to 5 s (research/k8s-apis.md). A body still arriving
+#: after 30 s is for a caller that has given up already.
+DEFAULT_BODY_TIMEOUT_S = 30.0
+#: Longer than the idle timeout of the callers' own connection pools (Go's net/http, kept by
+#: client-go's transports: 90 s), so the client, not the server, closes an idle connection;
+#: a server that closed first would race the client's next POST on that connection.
+DEFAULT_IDLE_TIMEOUT_S = 120.0
+#: Open connections per listener. HTTP/1.1 takes one connection per request in flight;
+#: kube-scheduler's binds in flight plus the API servers' admission calls stay far below
+#: this. Beyond it new connections are answered 503 and closed.
+DEFAULT_MAX_CONNECTIONS = 1000
+
 
 class ConfigError(XpushareError):
     """The configuration is invalid; the message names the setting and what to do."""
@@ -48,6 +65,17 @@ class ServerConfig(_Section):
     #: Prefix of the extender's routes: kube-scheduler calls ``urlPrefix + "/" + verb``.
     extender_prefix: str = ""
     webhook_path: str = "/mutate"
+    #: A request's headers must be complete this long after its first byte (a new
+    #: connection: after it is accepted); else the connection is closed. Also the TLS
+    #: handshake timeout.
+    header_timeout_s: float = Field(default=DEFAULT_HEADER_TIMEOUT_S, gt=0, le=300)
+    #: A request's body must be complete this long after its headers; else 408 and close.
+    body_timeout_s: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0, le=600)
+    #: A keep-alive connection with no request for this long is closed.
+    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0, le=3600)
+    #: Open connections per listener (the main one and the metrics one count apart, so the
+    #: probes stay reachable when the main port is full); beyond it: 503 and close.
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1, le=100_000)
 
 
 class TLSConfig(_Section):

@@ -108,6 +108,15 @@ class Overbooked(Exception):
     seen (an older leader's last Binding, read back when this replica took the node over)."""
 
 
+def _arguments(args: Any, kind: str) -> dict[str, Any]:
+    """*args* when it is a JSON object; kube-scheduler always sends one."""
+    if not isinstance(args, dict):
+        raise BadRequest(
+            f"the request body must be a JSON object ({kind}), not {ob.json_kind(args)}"
+        )
+    return args
+
+
 @dataclass
 class _Parsed:
     pod: ob.Object
@@ -220,7 +229,8 @@ class Extender:
 
     # -- /filter -----------------------------------------------------------------------------------
 
-    def filter(self, args: dict[str, Any]) -> dict[str, Any]:
+    def filter(self, args: Any) -> dict[str, Any]:
+        args = _arguments(args, "ExtenderArgs")
         names, items = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
         failed: dict[str, str] = {}
@@ -295,7 +305,8 @@ class Extender:
 
     # -- /prioritize -------------------------------------------------------------------------------
 
-    def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+        args = _arguments(args, "ExtenderArgs")
         names, _ = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
         scores: dict[str, float] = {}
@@ -329,11 +340,15 @@ class Extender:
             return None  # a pod of the same name from before it was re-created
         return pod
 
-    async def bind(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def bind(self, args: Any) -> dict[str, Any]:
+        args = _arguments(args, "ExtenderBindingArgs")
         fields = {k: args.get(k) for k in ("PodName", "PodNamespace", "PodUID", "Node")}
         for key in ("PodName", "Node"):
             if not isinstance(fields[key], str) or not fields[key]:
                 raise BadRequest(f"{key} must be a non-empty string")
+        for key in ("PodNamespace", "PodUID"):
+            if fields[key] is not None and not isinstance(fields[key], str):
+                raise BadRequest(f"{key} must be a string, not {ob.json_kind(fields[key])}")
         name, node = str(fields["PodName"]), str(fields["Node"])
         namespace = str(fields["PodNamespace"] or "default")
         uid = fields["PodUID"] if isinstance(fields["PodUID"], str) else ""

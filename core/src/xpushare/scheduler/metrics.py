@@ -171,6 +171,19 @@ class SchedulerMetrics:
             "Binds of unknown outcome resolved by reading the pod back",
             registry=r,
         )
+        self.connections = Gauge(
+            "xpushare_scheduler_connections",
+            "Open HTTP connections, per listener (main, metrics)",
+            ["listener"],
+            registry=r,
+        )
+        self.connections_closed = Counter(
+            "xpushare_scheduler_connections_closed_total",
+            "Connections the server closed or refused, per listener and reason "
+            "(header-timeout, idle-timeout, close-timeout, over-capacity)",
+            ["listener", "reason"],
+            registry=r,
+        )
         self._snapshot = _Snapshot()
         r.register(_DeviceCollector(self._snapshot))
 

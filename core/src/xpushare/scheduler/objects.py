@@ -20,6 +20,21 @@ Object = dict[str, Any]
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words, for error messages about a wrong shape."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
 def meta(obj: Any) -> Object:
     value = obj.get("metadata") if isinstance(obj, dict) else None
     return value if isinstance(value, dict) else {}

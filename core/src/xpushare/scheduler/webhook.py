@@ -109,8 +109,12 @@ class Webhook:
     # -- the AdmissionReview envelope --------------------------------------------------------------
 
     def review(self, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict) or body.get("kind") != "AdmissionReview":
-            raise BadReview("the body is not an AdmissionReview")
+        if not isinstance(body, dict):
+            raise BadReview(
+                f"the body must be a JSON object (an AdmissionReview), not {ob.json_kind(body)}"
+            )
+        if body.get("kind") != "AdmissionReview":
+            raise BadReview(f"the body is not an AdmissionReview (kind {body.get('kind')!r})")
         if body.get("apiVersion") != API_VERSION:
             raise BadReview(
                 f"AdmissionReview {body.get('apiVersion')!r} is not supported; register the "
