@@ -139,16 +139,7 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration_s)
         if holder and holder != self.identity and now < self._observed_at + duration:
             return False  # held by a live replica
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion"),
-            },
-            "spec": self._spec(spec),
-        }
+        body = self._update(lease, self._spec(spec))
         try:
             written = await self.kube.replace_lease(self.namespace, self.name, body)
         except KubeError as exc:
@@ -156,6 +147,19 @@ class LeaderElector:
             return False
         self._held(now, written)
         return True
+
+    def _update(self, lease: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        """The Lease with *spec*, conditioned on the version *lease* was read at."""
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion"),
+            },
+            "spec": spec,
+        }
 
     def _held(self, now: float, lease: dict[str, Any] | None) -> None:
         self._last_renew = now
@@ -180,16 +184,7 @@ class LeaderElector:
             return None
         spec["leaseTransitions"] = max(_transitions(spec), above) + 1
         spec["renewTime"] = micro_time()
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion"),
-            },
-            "spec": spec,
-        }
+        body = self._update(lease, spec)
         try:
             written = await self.kube.replace_lease(self.namespace, self.name, body)
         except KubeError as exc:
