@@ -91,7 +91,7 @@ def never_fits(state: NodeState, request: PodRequest, key: Any = None) -> bool:
         if eligible < demand.count:
             answer = True
             break
-    state.memo[key] = answer
+    state.remember(key, answer)
     return answer
 
 
@@ -148,11 +148,17 @@ class Extender:
         self.metrics = metrics
         self.bind_wait_s = bind_wait_s
         self._is_leader = is_leader or (lambda: True)
+        # A learnt model that cannot refresh is counted (the policy logs it and retries),
+        # never raised into a request.
+        placer.policy.on_model_error = self._model_failed
         self._pods: OrderedDict[str, ob.Object] = OrderedDict()
         self._aborts: dict[str, asyncio.Event] = {}
         cluster.on_pod_deleted.append(self._pod_deleted)
 
     # -- shared ------------------------------------------------------------------------------------
+
+    def _model_failed(self, policy: str, exc: BaseException) -> None:
+        self.metrics.model_refresh_failures.labels(policy=policy).inc()
 
     def _pod_deleted(self, key: str) -> None:
         self._pods.pop(key, None)

@@ -27,13 +27,19 @@ if TYPE_CHECKING:
     from xpushare.scheduling import NodeState, PodRequest
 
 #: Shared answers kept at most; a fleet has few distinct (request shape, node state) pairs,
-#: and the cache is simply emptied when it grows past this.
-SHARED_LIMIT = 100_000
+#: and the cache is simply emptied when it grows past this (an entry is some 100 bytes, a
+#: refusal's message 200 more: under 10 MB at the bound).
+SHARED_LIMIT = 32_768
+#: Ids of request shapes and node signatures kept at most. Ids are never reissued, so past
+#: the bound the table is emptied with the shared answers, and answers kept in the node
+#: memos under old ids age out of them (``NodeState.memo_limit``).
+IDS_LIMIT = 20_000
 
 _MEMO = "xpushare.scheduler.feasible"
 _SIGNATURE = "xpushare.scheduler.signature"
 
 Verdict = tuple[bool, str, FitReason | None]
+_FITS: Verdict = (True, "", None)
 
 
 @dataclass
@@ -82,14 +88,23 @@ class FeasibilityChecker:
         # after the table is emptied.
         found = self._ids.get(value)
         if found is None:
+            if len(self._ids) >= IDS_LIMIT:
+                self._forget()
             found = self._ids[value] = self._next_id
             self._next_id += 1
         return found
 
+    def _forget(self) -> None:
+        """Empty the tables keyed by ids (the shared answers and the node signatures)."""
+        self._shared.clear()
+        self._ids.clear()
+        for sids in self._sids.values():
+            sids.clear()
+
     def _fit(self, state: NodeState, request: PodRequest) -> Verdict:
         fit = fit_pod(state, request, None)
         if fit.fits:
-            return (True, "", None)
+            return _FITS  # one object for every answer kept: most answers are this one
         return (False, fit.message(), fit.primary())
 
     def check(self, request: PodRequest, names: Iterable[str]) -> Feasibility:
@@ -143,17 +158,14 @@ class FeasibilityChecker:
                     if verdict is None:
                         verdict = self._fit(state, request)
                         if len(shared) >= SHARED_LIMIT:
-                            shared.clear()
-                            self._ids.clear()
-                            self._sids.clear()
-                            sids = self._sids.setdefault(vendors, {})
+                            self._forget()
                         shared[(rid, sid)] = verdict
                     local[sid] = verdict
             else:
-                memo = state.memo
-                verdict = memo.get(key)
+                verdict = state.memo.get(key)
                 if verdict is None:
-                    verdict = memo[key] = self._fit(state, request)
+                    verdict = self._fit(state, request)
+                    state.remember(key, verdict)
             if verdict[0]:
                 fits.append(name)
             else:
