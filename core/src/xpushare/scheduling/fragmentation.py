@@ -70,8 +70,10 @@ _MAX_VECTORS = MAX_INTERNED_SIGNATURES
 #: Request kinds the policy keeps an id for (its memo keys). Ids are never reused, so past
 #: the bound the table is emptied and answers under the old ids age out of the node memos.
 MAX_REQUEST_IDS = 4_096
-#: Device states whose shape masks a meter keeps (a fleet has hundreds; see fragarrays).
-_MAX_MASKS = 50_000
+#: Device states whose shape masks a meter keeps, some 250 bytes each: 2 MB at the bound.
+#: A fleet has hundreds (the openb replay ~420), and each request of a new size adds the
+#: states its booking would leave (as fragarrays.MAX_SIGNATURES).
+_MAX_MASKS = 8_192
 
 #: A device table's state (see :meth:`DeviceTable.state_signature`).
 Signature = tuple[tuple[Any, ...], ...]
