@@ -6,6 +6,15 @@ from pydantic import Field, model_validator
 
 from xpushare.models._base import Model
 
+#: Most devices one container may ask of one vendor. No machine carries more than a few
+#: dozen accelerators (an HGX node 8 or 16, the densest inference boxes 32 to 64); 1,024
+#: leaves room for every machine built while keeping every loop over a count short.
+MAX_DEVICE_COUNT = 1024
+#: Most memory one device can have, in MiB: 2^24 MiB = 16 TiB, over fifty times the largest
+#: accelerator memory shipping (288 GB: AMD MI355X, NVIDIA B300). A request above it cannot
+#: fit any device, so it is refused where it is read instead of being carried around.
+MAX_DEVICE_MEMORY_MIB = 2**24
+
 
 class ContainerRequest(Model):
     """One container's request for devices of one vendor.

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from xpushare.scheduling import DEFAULT_POLICY, UsageLedger
+from xpushare.scheduling.state import MAX_MEMO_ENTRIES
 
 
 class PlacementConfig(BaseModel):
@@ -52,8 +53,10 @@ class PlacementConfig(BaseModel):
                 raise ValueError(f"over-commit of {vendor!r} must be > 0, got {factor}")
         return value
 
-    def new_ledger(self) -> UsageLedger:
+    def new_ledger(self, *, memo_limit: int = MAX_MEMO_ENTRIES) -> UsageLedger:
         """An empty usage ledger with this configuration's over-commit factors."""
         return UsageLedger(
-            memory_overcommit=self.memory_overcommit, compute_overcommit=self.compute_overcommit
+            memory_overcommit=self.memory_overcommit,
+            compute_overcommit=self.compute_overcommit,
+            memo_limit=memo_limit,
         )

@@ -83,11 +83,17 @@ log = logging.getLogger(__name__)
 _memo_ids = itertools.count(1)
 
 #: Bound of the answers kept per (device-table state, request shape); past it they are
-#: dropped and recomputed (a few hundred KiB).
-_MAX_STATE_ANSWERS = 100_000
+#: dropped and recomputed. A fit answer is a few hundred bytes (some 10 MB at the bound); a
+#: fleet has a few hundred table states per request shape, the openb replay ~23,000 in all.
+_MAX_STATE_ANSWERS = 32_768
 
 #: Requests whose per-device-state fit answers are kept (a few entries each).
 _MAX_REQUEST_KINDS = 10_000
+
+#: Request kinds (per policy generation) the placer keeps a memo key for, a few hundred
+#: bytes each. Keys are never reused: past the bound the table is emptied, and the answers
+#: kept under the old keys age out of the node memos (``NodeState.memo_limit``).
+MAX_MEMO_KEYS = 4_096
 
 #: A node's score key: compared element by element, higher is better.
 Score = tuple[float, ...]
@@ -252,6 +258,9 @@ class Placer:
         full = (generation, request.key)
         key = self._keys.get(full)
         if key is None:
+            if len(self._keys) >= MAX_MEMO_KEYS:
+                self._keys.clear()
+                self._share.clear()
             key = self._keys[full] = next(_memo_ids)
             self._share[key] = self._pure and self._shareable(request)
         self._last_request, self._last_key = request, key
@@ -326,9 +335,20 @@ class Placer:
                 out[i] = (False, fit, fit.primary())
         if scoring:
             scores = self.policy.score_many([nodes[i] for i in scoring], request)
+            # Nodes with equal scores share one verdict, so a memo entry costs a pointer, not
+            # a tuple per node. Not with a tie-break: that is worked out for one node of
+            # each distinct verdict and given to all its nodes (_keys_by_verdict).
+            same: dict[Score, Verdict] | None = None if self._tiebreaks else {}
             for i, value in zip(scoring, scores, strict=True):
                 if value is not None:
-                    out[i] = (True, score_key(value), None)
+                    score = score_key(value)
+                    if same is None:
+                        out[i] = (True, score, None)
+                    else:
+                        found = same.get(score)
+                        if found is None:
+                            found = same[score] = (True, score, None)
+                        out[i] = found
                     continue
                 why = self._fit_single(nodes[i], request, demands[0], key) if single else None
                 if why is None or why.fits:  # the policy disagrees: never turn a node away
@@ -338,7 +358,10 @@ class Placer:
                     out[i] = (False, why, why.primary())
         share = self._share[key]
         for node, v in zip(nodes, out, strict=True):
-            (node.shared if share else node.memo)[key] = v
+            memo = node.shared if share else node.memo
+            if len(memo) >= node.memo_limit:  # state.remember(), inline: once per node
+                del memo[next(iter(memo))]
+            memo[key] = v
         return out  # type: ignore[return-value]
 
     def _shareable(self, request: PodRequest) -> bool:
@@ -505,7 +528,7 @@ class Placer:
                 if len(self._tiebreaks_by_state) >= _MAX_STATE_ANSWERS:
                     self._tiebreaks_by_state.clear()
                 self._tiebreaks_by_state[skey] = found
-        state.memo[key] = found
+        state.remember(key, found)
         return found
 
     def prioritize(

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xpushare.scheduling import PodRequest
-from xpushare.scheduling.quantity import cpu_millis, memory_mib
+from xpushare.scheduling.quantity import QuantityError, cpu_millis, memory_mib, shown
 from xpushare.scheduling.request import effective_host_request
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from xpushare.models import ContainerRequest, ContainerView, PodView
     from xpushare.plugins import VendorHandle
@@ -28,6 +28,21 @@ def _host(container: ContainerView, name: str, pod: PodView) -> str | None:
     return value
 
 
+def _parsed(pod: PodView, c: ContainerView, name: str, convert: Callable[[str], int]) -> int:
+    """The container's *name* request converted, 0 when absent; ``ValueError`` says where."""
+    raw = _host(c, name, pod)
+    if raw is None:
+        return 0
+    try:
+        return convert(raw)
+    except QuantityError as exc:
+        kind = "init container" if c.init else "container"
+        raise ValueError(
+            f"pod {pod.ref}, {kind} {c.name!r}: {name} {shown(raw)} {exc.reason}; give a "
+            "Kubernetes quantity such as '500m', '2' or '16Gi'"
+        ) from None
+
+
 def host_requests(pod: PodView) -> tuple[int, int]:
     """(CPU millicores, memory MiB) the pod requests, as kube-scheduler counts them."""
     app_cpu: list[int] = []
@@ -35,13 +50,8 @@ def host_requests(pod: PodView) -> tuple[int, int]:
     app_mem: list[int] = []
     init_mem: list[int] = []
     for c in pod.containers:
-        try:
-            raw_cpu = _host(c, "cpu", pod)
-            raw_mem = _host(c, "memory", pod)
-            cpu = cpu_millis(raw_cpu) if raw_cpu is not None else 0
-            mem = memory_mib(raw_mem) if raw_mem is not None else 0
-        except ValueError as exc:
-            raise ValueError(f"pod {pod.ref}, container {c.name!r}: {exc}") from None
+        cpu = _parsed(pod, c, "cpu", cpu_millis)
+        mem = _parsed(pod, c, "memory", memory_mib)
         (init_cpu if c.init else app_cpu).append(cpu)
         (init_mem if c.init else app_mem).append(mem)
     return effective_host_request(app_cpu, init_cpu), effective_host_request(app_mem, init_mem)

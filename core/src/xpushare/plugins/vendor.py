@@ -33,6 +33,7 @@ from xpushare.models import (
     PodView,
     VendorSpec,
 )
+from xpushare.models.request import MAX_DEVICE_COUNT, MAX_DEVICE_MEMORY_MIB
 from xpushare.native import LibraryThread, NativeError, NodeContext
 from xpushare.plugins import validation
 
@@ -147,7 +148,7 @@ class VendorHandle:
         if fast is not None:
             # The core's own parser: trusted, and its ValueError is the user's mistake.
             result: ContainerRequest | None = fast(vendor=self.spec, pod=pod, container=container)
-            return result
+            return self._bounded(result, pod, container)
         try:
             raw = self._caller("xpushare_resource_request")(
                 vendor=self.spec, pod=pod, container=container
@@ -162,9 +163,37 @@ class VendorHandle:
             ) from exc
         if raw is None:
             return None
-        return self._checked(
+        checked = self._checked(
             "xpushare_resource_request", lambda: validation.request(self.name, raw)
         )
+        return self._bounded(checked, pod, container)
+
+    def _bounded(
+        self, request: ContainerRequest | None, pod: PodView, container: ContainerView
+    ) -> ContainerRequest | None:
+        """*request*, refused (``ValueError``) beyond what a device or a node can hold.
+
+        Checked here, after every vendor's parsing and wrappers, because a wrapper may give a
+        value its own meaning (MetaX reads ``4Gi`` as bytes): only the final request says
+        what a container asks of one device. Nothing larger reaches the shared state.
+        """
+        if request is None:
+            return None
+        names = self.spec.resource_names
+        kind = "init container" if container.init else "container"
+        who = f"pod {pod.ref}, {kind} {container.name!r}"
+        if request.count > MAX_DEVICE_COUNT:
+            raise ValueError(
+                f"{who}: {names.count} asks for {request.count:,} {self.name} devices, more "
+                f"than any node has; ask for at most {MAX_DEVICE_COUNT}"
+            )
+        if request.memory_mib is not None and request.memory_mib > MAX_DEVICE_MEMORY_MIB:
+            raise ValueError(
+                f"{who}: {names.memory or 'memory'} asks for {request.memory_mib:,} MiB per "
+                f"{self.name} device, more than any device has (at most "
+                f"{MAX_DEVICE_MEMORY_MIB:,} MiB, 16 TiB); ask for at most that"
+            )
+        return request
 
     def fit(
         self,

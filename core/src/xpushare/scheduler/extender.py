@@ -95,7 +95,7 @@ def never_fits(state: NodeState, request: PodRequest, key: Any = None) -> bool:
         if eligible < demand.count:
             answer = True
             break
-    state.memo[key] = answer
+    state.remember(key, answer)
     return answer
 
 
@@ -169,6 +169,9 @@ class Extender:
         self._is_leader = is_leader or (lambda: True)
         #: The webhook's isolation rules, asked again of every pod placed (webhook.py).
         self._vet = vet or (lambda pod: None)
+        # A learnt model that cannot refresh is counted (the policy logs it and retries),
+        # never raised into a request.
+        placer.policy.on_model_error = self._model_failed
         self._pods: OrderedDict[str, ob.Object] = OrderedDict()
         self._aborts: dict[str, asyncio.Event] = {}
         #: Reservations whose Binding got no answer: kept until the pod is read back.
@@ -176,6 +179,9 @@ class Extender:
         cluster.on_pod_deleted.append(self._pod_deleted)
 
     # -- shared ------------------------------------------------------------------------------------
+
+    def _model_failed(self, policy: str, exc: BaseException) -> None:
+        self.metrics.model_refresh_failures.labels(policy=policy).inc()
 
     def _pod_deleted(self, key: str) -> None:
         flag = self._aborts.get(key)

@@ -6,10 +6,13 @@ that costs about 15 µs a node, 75 ms at 5,000 nodes. Feasibility is asked here 
 fit (:func:`xpushare.scheduling.fit_pod`, the function the placer uses) but without an order,
 and the answer is shared between nodes whose devices are in the same state: in a real
 fleet most nodes of one model are alike (empty, full, or half full in the same way), so one
-fit serves hundreds of nodes. The sharing is exact: it applies only to requests whose answer
-depends on nothing but what :meth:`DeviceTable.state_signature` captures (no UUID
+fit serves hundreds of nodes. The sharing is exact: it applies only to requests whose device
+answer depends on nothing but what :meth:`DeviceTable.state_signature` captures (no UUID
 constraints, no partitions, one app container per vendor), and everything else is fitted
-per node and remembered in that node's memo until the node changes.
+per node and remembered in that node's memo until the node changes. A request's CPU and
+host memory are checked per node first, as ``fit_pod`` does (a comparison of two integers),
+so requests that ask for them share their device answers too: a stream of requests of new
+shapes then costs one fit per node state, not one per node.
 """
 
 from __future__ import annotations
@@ -20,20 +23,31 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.models import FitReason
 from xpushare.placement import UNKNOWN_NODE
-from xpushare.scheduling import fit_pod
+from xpushare.scheduling import fit_pod, host_reject
+from xpushare.scheduling.fit import HOST_REJECTS
 
 if TYPE_CHECKING:
     from xpushare.placement import Placer
     from xpushare.scheduling import NodeState, PodRequest
 
 #: Shared answers kept at most; a fleet has few distinct (request shape, node state) pairs,
-#: and the cache is simply emptied when it grows past this.
-SHARED_LIMIT = 100_000
+#: and the cache is simply emptied when it grows past this (an entry is some 100 bytes, a
+#: refusal's message 200 more: under 10 MB at the bound).
+SHARED_LIMIT = 32_768
+#: Ids of request shapes and node signatures kept at most. Ids are never reissued, so past
+#: the bound the table is emptied with the shared answers, and answers kept in the node
+#: memos under old ids age out of them (``NodeState.memo_limit``).
+IDS_LIMIT = 20_000
 
 _MEMO = "xpushare.scheduler.feasible"
 _SIGNATURE = "xpushare.scheduler.signature"
 
 Verdict = tuple[bool, str, FitReason | None]
+_FITS: Verdict = (True, "", None)
+#: The answer for a node without the pod's CPU or host memory, per reason (fit_pod's).
+_HOST_VERDICTS: dict[FitReason, Verdict] = {
+    reason: (False, fit.message(), reason) for reason, fit in HOST_REJECTS.items()
+}
 
 
 @dataclass
@@ -44,8 +58,8 @@ class Feasibility:
 
 
 def _shareable(request: PodRequest) -> bool:
-    if request.cpu_milli or request.memory_mib:
-        return False  # host resources are per node, not per device state
+    """Whether the device part of the answer depends on the node's table signatures alone
+    (host resources are checked per node before, see :meth:`FeasibilityChecker.check`)."""
     seen: set[str] = set()
     for d in request.demands:
         if d.include_uuids or d.exclude_uuids or d.partition is not None:
@@ -82,14 +96,23 @@ class FeasibilityChecker:
         # after the table is emptied.
         found = self._ids.get(value)
         if found is None:
+            if len(self._ids) >= IDS_LIMIT:
+                self._forget()
             found = self._ids[value] = self._next_id
             self._next_id += 1
         return found
 
+    def _forget(self) -> None:
+        """Empty the tables keyed by ids (the shared answers and the node signatures)."""
+        self._shared.clear()
+        self._ids.clear()
+        for sids in self._sids.values():
+            sids.clear()
+
     def _fit(self, state: NodeState, request: PodRequest) -> Verdict:
         fit = fit_pod(state, request, None)
         if fit.fits:
-            return (True, "", None)
+            return _FITS  # one object for every answer kept: most answers are this one
         return (False, fit.message(), fit.primary())
 
     def check(self, request: PodRequest, names: Iterable[str]) -> Feasibility:
@@ -113,6 +136,7 @@ class FeasibilityChecker:
         key = (_MEMO, rid)
         vendors = tuple(sorted(request.vendors))
         shared = self._shared if _shareable(request) else None
+        host = bool(request.cpu_milli or request.memory_mib)
         fits, failed, reasons = out.fits, out.failed, out.reasons
         # Answers of this call by node-state id: no allocation per node on the common path.
         local: dict[int, Verdict] = {}
@@ -124,7 +148,9 @@ class FeasibilityChecker:
                 reasons[name] = FitReason.NO_DEVICES
                 continue
             verdict: Verdict | None
-            if shared is not None:
+            if host and (reason := host_reject(state, request)) is not None:
+                verdict = _HOST_VERDICTS[reason]  # fit_pod's first check, the same answer
+            elif shared is not None:
                 # The node's state id, recomputed only after the node changed.
                 known = sids.get(name)
                 if known is not None and known[0] is state and known[1] == state.version:
@@ -143,17 +169,14 @@ class FeasibilityChecker:
                     if verdict is None:
                         verdict = self._fit(state, request)
                         if len(shared) >= SHARED_LIMIT:
-                            shared.clear()
-                            self._ids.clear()
-                            self._sids.clear()
-                            sids = self._sids.setdefault(vendors, {})
+                            self._forget()
                         shared[(rid, sid)] = verdict
                     local[sid] = verdict
             else:
-                memo = state.memo
-                verdict = memo.get(key)
+                verdict = state.memo.get(key)
                 if verdict is None:
-                    verdict = memo[key] = self._fit(state, request)
+                    verdict = self._fit(state, request)
+                    state.remember(key, verdict)
             if verdict[0]:
                 fits.append(name)
             else:

@@ -144,6 +144,13 @@ class SchedulerMetrics:
             ["cause"],
             registry=r,
         )
+        self.model_refresh_failures = Counter(
+            "xpushare_scheduler_model_refresh_failures_total",
+            "Failures to refresh a model the placement policy learns (the workload), per "
+            "policy; the policy keeps its current model and retries later",
+            ["policy"],
+            registry=r,
+        )
         self.watch_errors = Counter(
             "xpushare_scheduler_watch_errors_total",
             "List or watch failures, per resource",

@@ -54,13 +54,19 @@ if TYPE_CHECKING:
     Floats = NDArray[np.float64]
     Ints = NDArray[np.intp]
 
-#: Table states kept per vendor before the store is emptied and refilled (~30 floats each
-#: per task shape: a few MiB for a fleet whose nodes are all in different states).
-MAX_STATES = 50_000
-#: Device signatures kept per vendor before the store is emptied (a fleet has hundreds).
-MAX_SIGNATURES = 50_000
-#: Requests whose per-signature answers are kept (a map of a few KiB each).
+#: Table states kept per vendor before the store is emptied and refilled. A row is 3S+1
+#: floats for S task shapes: at the learnt workload's 64 shapes 1.5 KiB, 12 MiB at the
+#: bound. The full openb replay meets ~1,500 states, a 5,000-node fleet at most its nodes'.
+MAX_STATES = 8_192
+#: Device signatures kept per vendor before the store is emptied: the same rows, 6 MiB at
+#: the bound. A fleet has hundreds (the openb replay ~400), but each request of a new size
+#: adds the states its booking would leave, so a stream of distinct sizes refills it.
+MAX_SIGNATURES = 4_096
+#: Requests whose per-signature answers are kept (a map of one int per signature each).
 MAX_REQUESTS = 1_000
+#: Entries of those maps kept in all, 8 bytes each (16 MiB); past it they are emptied. The
+#: openb replay keeps ~56,000; without it 1,000 maps of a full store would take 160 MiB.
+MAX_BOOKED_ENTRIES = 2_000_000
 _INITIAL_ROWS = 64
 #: Entries of a request's booked-row map: a device in that state cannot take the request,
 #: or the state was not looked at yet for it.
@@ -142,6 +148,7 @@ class VendorArrays:
         #: Per request id: the booked signature row of each signature row for that request
         #: (``UNFIT`` where a device in that state cannot take it, ``UNKNOWN`` not yet seen).
         self._booked: dict[int, Ints] = {}
+        self._booked_entries = 0  # sum of the maps' lengths (MAX_BOOKED_ENTRIES)
         #: Per table state id: (state row, signature rows, devices of each), kinds in order
         #: (read directly by the batch search's loop; :meth:`table` fills it).
         self.entries: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
@@ -208,9 +215,7 @@ class VendorArrays:
             )
             if booked is not None:
                 grown[: len(booked)] = booked
-            if len(self._booked) >= MAX_REQUESTS:
-                self._booked.clear()
-            booked = self._booked[request_id] = grown
+            booked = self._keep_booked(request_id, grown)
         found = booked[rows]
         unknown = found == UNKNOWN
         if unknown.any():
@@ -226,10 +231,25 @@ class VendorArrays:
                 if booked_row >= len(booked):  # the store grew: so does the map
                     grown = np.full(2 * booked_row + 1, UNKNOWN, dtype=np.intp)
                     grown[: len(booked)] = booked
-                    booked = self._booked[request_id] = grown
+                    booked = self._keep_booked(request_id, grown)
                 booked[row] = booked_row
             found = booked[rows]
         return found
+
+    def _keep_booked(self, request_id: int, booked: Ints) -> Ints:
+        """Keep *booked* as the map of *request_id*, within the bounds on the maps."""
+        old = self._booked.pop(request_id, None)
+        if old is not None:
+            self._booked_entries -= len(old)
+        if (
+            len(self._booked) >= MAX_REQUESTS
+            or self._booked_entries + len(booked) > MAX_BOOKED_ENTRIES
+        ):
+            self._booked.clear()
+            self._booked_entries = 0
+        self._booked[request_id] = booked
+        self._booked_entries += len(booked)
+        return booked
 
     def trim(self) -> None:
         """Empty the stores past their bounds; call only between batches (rows move)."""
@@ -238,6 +258,7 @@ class VendorArrays:
             self.entries.clear()
         if self._sigs.n >= MAX_SIGNATURES:
             self._booked.clear()
+            self._booked_entries = 0
             self.entries.clear()
             self._states.clear()
             self._sigs.clear()

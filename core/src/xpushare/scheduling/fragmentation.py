@@ -24,8 +24,7 @@ host check (CPU and memory left against each shape's) is done per node.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
-from dataclasses import dataclass, field
+import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from xpushare.scheduling.fit import (
@@ -38,6 +37,7 @@ from xpushare.scheduling.fit import (
 )
 from xpushare.scheduling.policy import Policy
 from xpushare.scheduling.state import (
+    MAX_INTERNED_SIGNATURES,
     SIG_UNITS,
     DeviceState,
     DeviceTable,
@@ -46,17 +46,34 @@ from xpushare.scheduling.state import (
     device_signature,
     intern_signature,
 )
+from xpushare.scheduling.workload import DEFAULT_COVERAGE as DEFAULT_COVERAGE
+from xpushare.scheduling.workload import MODEL_TOLERANCE, RETRY_AFTER, LearntWorkload
+from xpushare.scheduling.workload import TaskShape as TaskShape
+from xpushare.scheduling.workload import Workload as Workload
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from xpushare.scheduling.fragarrays import VendorArrays
     from xpushare.scheduling.fragbatch import Growth
-    from xpushare.scheduling.request import Demand, PodRequest
+    from xpushare.scheduling.request import PodRequest
 
-_memo_ids = itertools.count(-1, -1)
-#: Bound of the growths kept per (device-table state, request shape).
-_MAX_STATE_ANSWERS = 100_000  # negative: never equal to the placement engine's keys
+log = logging.getLogger(__name__)
+
+_memo_ids = itertools.count(-1, -1)  # negative: never equal to the placement engine's keys
+#: Bound of the growths kept per (node state, request shape), shared by nodes in one state:
+#: some 300 bytes each, 10 MB at the bound. The full openb replay keeps ~22,000.
+_MAX_STATE_ANSWERS = 32_768
+#: Table states whose vector a meter keeps: keyed by interned state ids, of which at most
+#: MAX_INTERNED_SIGNATURES live at a time (the openb replay keeps ~3,000).
+_MAX_VECTORS = MAX_INTERNED_SIGNATURES
+#: Request kinds the policy keeps an id for (its memo keys). Ids are never reused, so past
+#: the bound the table is emptied and answers under the old ids age out of the node memos.
+MAX_REQUEST_IDS = 4_096
+#: Device states whose shape masks a meter keeps, some 250 bytes each: 2 MB at the bound.
+#: A fleet has hundreds (the openb replay ~420), and each request of a new size adds the
+#: states its booking would leave (as fragarrays.MAX_SIGNATURES).
+_MAX_MASKS = 8_192
 
 #: A device table's state (see :meth:`DeviceTable.state_signature`).
 Signature = tuple[tuple[Any, ...], ...]
@@ -84,110 +101,6 @@ _NO_FIT = Best(_INF, None, {})
 #: imported on the first batch, so processes that never place pods (the node agent, the
 #: CLI's other commands) do not load numpy.
 BATCH_MIN = 4
-
-#: Share of the tasks the representative shapes must cover: the FGD simulator's
-#: ``podPopularityThreshold`` of the paper's runs (95 %), taken in order of popularity.
-DEFAULT_COVERAGE = 0.95
-
-
-@dataclass(frozen=True, slots=True)
-class TaskShape:
-    """What one kind of task asks: one device demand (or none), CPU and host memory."""
-
-    vendor: str | None
-    key: tuple[Any, ...] | None
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    demand: Demand | None = field(default=None, compare=False, hash=False)
-
-    @classmethod
-    def of(cls, request: PodRequest, *, host_memory: bool = False) -> TaskShape:
-        """The shape of a pod: its first app device demand (or init, or none) and CPU.
-
-        Host memory is left out unless asked, as in the paper's typical pods (CPU and
-        GPU only), which keeps the number of shapes small.
-        """
-        demands = request.app or request.init
-        demand = demands[0] if demands else None
-        return cls(
-            vendor=demand.vendor if demand else None,
-            key=demand.key if demand else None,
-            cpu_milli=request.cpu_milli,
-            memory_mib=request.memory_mib if host_memory else 0,
-            demand=demand,
-        )
-
-
-class Workload:
-    """Task shapes and how often each occurs (weights sum to 1)."""
-
-    def __init__(self, shapes: Sequence[TaskShape], weights: Sequence[float]) -> None:
-        if len(shapes) != len(weights):
-            raise ValueError("a workload needs one weight per shape")
-        total = float(sum(weights))
-        if any(w < 0 for w in weights) or (shapes and total <= 0):
-            raise ValueError("workload weights must be >= 0 and not all 0")
-        self.shapes = tuple(shapes)
-        #: The weights as given (task counts, for a learnt or traced workload): the meters
-        #: sum with these and divide once, so sums of integers stay exact in any order.
-        self.raw = tuple(float(w) for w in weights)
-        self.scale = total if shapes else 1.0
-        self.weights = tuple(w / total for w in weights) if shapes else ()
-        self.max_cpu = max((s.cpu_milli for s in self.shapes), default=0)
-        self.max_memory = max((s.memory_mib for s in self.shapes), default=0)
-
-    @classmethod
-    def from_counts(
-        cls, counts: Mapping[TaskShape, float], coverage: float = DEFAULT_COVERAGE
-    ) -> Workload:
-        """The most frequent shapes covering *coverage* of all tasks, renormalised."""
-        if not 0 < coverage <= 1:
-            raise ValueError(f"coverage must be in (0, 1], got {coverage}")
-        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], _order_key(kv[0])))
-        total = sum(counts.values())
-        shapes: list[TaskShape] = []
-        weights: list[float] = []
-        covered = 0.0
-        for shape, n in ranked:
-            if covered >= coverage * total:
-                break
-            shapes.append(shape)
-            weights.append(n)
-            covered += n
-        return cls(shapes, weights)
-
-    @classmethod
-    def from_requests(
-        cls,
-        requests: Iterable[PodRequest],
-        coverage: float = DEFAULT_COVERAGE,
-        *,
-        host_memory: bool = False,
-    ) -> Workload:
-        counts: Counter[TaskShape] = Counter(
-            TaskShape.of(r, host_memory=host_memory) for r in requests
-        )
-        return cls.from_counts(counts, coverage)
-
-    def __len__(self) -> int:
-        return len(self.shapes)
-
-    def describe(self) -> list[tuple[str, float]]:
-        out = []
-        for s, w in zip(self.shapes, self.weights, strict=True):
-            d = s.demand
-            if d is None:
-                what = "no devices"
-            elif d.exclusive:
-                what = f"{d.count} whole {d.vendor}"
-            else:
-                what = f"{d.count} x {d.memory_percent or d.memory_mib}/{d.compute} {d.vendor}"
-            out.append((f"{what}, {s.cpu_milli / 1000:g} CPU", w))
-        return out
-
-
-def _order_key(shape: TaskShape) -> tuple[Any, ...]:
-    return (shape.cpu_milli, repr(shape.key), shape.memory_mib)
 
 
 class _Vector:
@@ -236,6 +149,8 @@ class FragmentationMeter:
                 demand = shape.demand
                 if demand is not None and shape.vendor == vendor and sig_can_host(device, demand):
                     mask |= 1 << i
+            if len(self._masks) >= _MAX_MASKS:
+                self._masks.clear()
             self._masks[key] = mask
         return mask
 
@@ -275,7 +190,7 @@ class FragmentationMeter:
             if (shape.cpu_milli or shape.memory_mib) and total > stuck:
                 fixes.append((shape.cpu_milli, shape.memory_mib, w * (total - stuck)))
         vec = _Vector(ok_sum, total, fixes)
-        if len(self._vectors) >= _MAX_STATE_ANSWERS:
+        if len(self._vectors) >= _MAX_VECTORS:
             self._vectors.clear()
         self._vectors[key] = vec
         return vec
@@ -365,8 +280,11 @@ class FragmentationPolicy(Policy):
     """FGD: place each task where the fleet's fragmentation grows least.
 
     ``workload`` gives the task shapes and their frequencies. Without one, the policy learns
-    it from the pods it is asked about (``observe``), refreshing its shapes each time the
-    number of pods seen doubles, so an extender needs no configuration.
+    it from the pods it is asked about (``observe``) in bounded memory
+    (:class:`~xpushare.scheduling.workload.LearntWorkload`: quantised shapes, decayed counts,
+    periodic refreshes), so an extender needs no configuration. A refresh that fails is
+    logged, counted (``model_errors``, and ``on_model_error``) and tried again later; the
+    workload in use stays, and no request ever sees the failure.
     """
 
     name = "fgd"
@@ -379,8 +297,8 @@ class FragmentationPolicy(Policy):
     ) -> None:
         self.coverage = coverage
         self._learn = workload is None
-        self._seen: Counter[TaskShape] = Counter()
-        self._next_refresh = 1
+        self.learnt = LearntWorkload(coverage)
+        self._frag_key = next(_memo_ids)
         self._set(workload or Workload([], []))
 
     # -- workload ----------------------------------------------------------------------------
@@ -391,7 +309,6 @@ class FragmentationPolicy(Policy):
         self.meter = FragmentationMeter(workload)
         # Node memo keys: fresh ints per workload, so answers from an older one are unused
         # (ints, because hashing a request's nested key on every lookup is slow).
-        self._frag_key = next(_memo_ids)
         self._keys: dict[tuple[Any, ...], int] = {}
         self._last_request: PodRequest | None = None
         self._last_id = 0
@@ -404,26 +321,59 @@ class FragmentationPolicy(Policy):
     def observe(self, request: PodRequest) -> None:
         if not self._learn:
             return
-        self._seen[TaskShape.of(request)] += 1
-        n = sum(self._seen.values())
-        if n >= self._next_refresh:
-            self._next_refresh = n * 2
-            self._set(Workload.from_counts(self._seen, self.coverage))
+        try:
+            if self.learnt.observe(request):
+                self._refresh()
+        except Exception as exc:  # a model that cannot learn must never fail a request
+            self._model_failed(exc)
+
+    def _refresh(self) -> None:
+        fresh = self.learnt.workload()
+        current = self.workload
+        # The same shapes (in any order: near-equal counts swap places) with weights that
+        # barely moved are not worth the answers a new workload invalidates.
+        if set(fresh.shapes) != set(current.shapes) or fresh.distance(current) > MODEL_TOLERANCE:
+            self._set(fresh)
+
+    def _model_failed(self, exc: Exception) -> None:
+        self.model_errors += 1
+        self.learnt.retry_later()
+        log.warning(
+            "policy %s: refreshing the learnt workload failed (%d so far); keeping the "
+            "current one and retrying after %d pods: %s: %s",
+            self.name,
+            self.model_errors,
+            RETRY_AFTER,
+            type(exc).__name__,
+            exc,
+            exc_info=self.model_errors == 1,
+        )
+        hook = self.on_model_error
+        if hook is not None:
+            try:
+                hook(self.name, exc)
+            except Exception:  # the counter is the caller's; its failure is only logged
+                log.exception("policy %s: on_model_error failed", self.name)
 
     # -- measure -----------------------------------------------------------------------------
 
     def node_frag(self, node: NodeState) -> float:
-        key = self._frag_key
-        frag = node.memo.get(key)
-        if frag is None:
-            frag = node.memo[key] = self.meter.node_frag(node)
-        return float(frag)
+        # One memo entry per node whatever the number of workloads it has seen: the value
+        # is kept with the generation it was measured for.
+        found = node.memo.get(self._frag_key)
+        if found is not None and found[0] == self.generation:
+            return float(found[1])
+        frag = self.meter.node_frag(node)
+        node.remember(self._frag_key, (self.generation, frag))
+        return frag
 
     def _request_id(self, request: PodRequest) -> int:
         if request is self._last_request:  # hashing a request's nested key costs ~1 µs
             return self._last_id
         key = self._keys.get(request.key)
         if key is None:
+            if len(self._keys) >= MAX_REQUEST_IDS:
+                self._keys.clear()
             key = self._keys[request.key] = next(_memo_ids)
         self._last_request, self._last_id = request, key
         return key
@@ -443,7 +393,7 @@ class FragmentationPolicy(Policy):
         if skey is not None:
             shared = self._by_state.get(skey)
             if shared is not None:
-                node.memo[key] = shared
+                node.remember(key, shared)
                 return shared
         result = self._best(node, request)
         self._keep(node, key, skey, result)
@@ -480,7 +430,7 @@ class FragmentationPolicy(Policy):
         return None
 
     def _keep(self, node: NodeState, key: int, skey: tuple[int, int] | None, result: Best) -> None:
-        node.memo[key] = result
+        node.remember(key, result)
         if skey is not None:
             if len(self._by_state) >= _MAX_STATE_ANSWERS:
                 self._by_state.clear()

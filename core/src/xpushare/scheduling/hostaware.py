@@ -29,7 +29,7 @@ level on multigpu50 and gpuspec33.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xpushare.scheduling.fragmentation import (
     DEFAULT_COVERAGE,
@@ -38,9 +38,10 @@ from xpushare.scheduling.fragmentation import (
     FragmentationPolicy,
     State,
     Workload,
+    _memo_ids,
 )
 from xpushare.scheduling.policies import BestFitPolicy
-from xpushare.scheduling.state import SIG_MEMORY, UNITS
+from xpushare.scheduling.state import MAX_INTERNED_SIGNATURES, SIG_MEMORY, UNITS
 from xpushare.scheduling.units import demand_units
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
 #: threshold between 0 and 33 % separates the traces measured; 10 % is not tuned further.
 PINNED_LIMIT = 0.10
 _INF = float("inf")
+#: Table states whose CPU-aware rows a meter keeps: keyed by interned state ids, of which at
+#: most MAX_INTERNED_SIGNATURES live at a time (the openb replay keeps ~2,000).
+_MAX_ROWS = MAX_INTERNED_SIGNATURES
 
 
 def pinned_share(workload: Workload) -> float:
@@ -113,7 +117,7 @@ class HostAwareMeter(FragmentationMeter):
             first = next(dev for dev in state[1] if self.host_mask(vendor, dev) & bit)
             per_task = d.count * demand_units(d, first[SIG_MEMORY], first[7], first[8])
             rows.append((w, shape.cpu_milli, shape.memory_mib, units, per_task or UNITS))
-        if len(self._rows) >= 100_000:
+        if len(self._rows) >= _MAX_ROWS:
             self._rows.clear()
         found = self._rows[key] = _Rows(total, rows)
         return found
@@ -146,12 +150,12 @@ class FgdCpuPolicy(FragmentationPolicy):
         self, workload: Workload | None = None, coverage: float = DEFAULT_COVERAGE
     ) -> None:
         self._best_fit = BestFitPolicy()
+        self._host_key = next(_memo_ids)
         super().__init__(workload, coverage)
 
     def _set(self, workload: Workload) -> None:
         super()._set(workload)
         self.host_meter = HostAwareMeter(workload)
-        self._host_key: Any = ("host-aware", id(self.host_meter))
         self.pinned_share = pinned_share(workload)
 
     @property
@@ -160,10 +164,14 @@ class FgdCpuPolicy(FragmentationPolicy):
         return self.pinned_share <= PINNED_LIMIT
 
     def host_frag(self, node: NodeState) -> float:
-        frag = node.memo.get(self._host_key)
-        if frag is None:
-            frag = node.memo[self._host_key] = self.host_meter.node_frag(node)
-        return float(frag)
+        # As FGD's node_frag: one entry per node, with the generation it was measured for
+        # (a key per meter would leave one entry per workload ever learnt on every node).
+        found = node.memo.get(self._host_key)
+        if found is not None and found[0] == self.generation:
+            return float(found[1])
+        frag = self.host_meter.node_frag(node)
+        node.remember(self._host_key, (self.generation, frag))
+        return frag
 
     def _tie_meter(self) -> FragmentationMeter | None:
         return self.host_meter if self.cpu_aware else None

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xpushare.models import Device, DeviceUsage, NodeView, PodAssignment
-from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
+from xpushare.scheduling.state import MAX_MEMO_ENTRIES, DeviceState, DeviceTable, NodeState
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
 
-#: Node states whose shared answers the ledger keeps (each a small dict): a simulator
-#: replay passes through some 10,000, a cluster's extender through fewer at a time.
+#: Node states whose shared answers the ledger keeps (each a dict of at most ``memo_limit``
+#: answers, mostly pointers to answers shared further: at the scheduler's 64, some 40 MB at
+#: the bound): a simulator replay passes through some 10,000, a cluster's extender through
+#: fewer at a time.
 MAX_SHARED_STATES = 20_000
 
 
@@ -98,6 +100,8 @@ class UsageLedger:
     ``memory_overcommit`` and ``compute_overcommit`` give, per vendor name, how far device
     memory and compute may be over-booked (HAMi's ``deviceMemoryScaling`` and
     ``deviceCoreScaling``, hami-protocol.md §3.8); the key ``"*"`` sets the default.
+    ``memo_limit`` bounds the answers the placement engine keeps per node and per node state
+    (:data:`~xpushare.scheduling.state.MAX_MEMO_ENTRIES`).
     """
 
     def __init__(
@@ -105,7 +109,12 @@ class UsageLedger:
         *,
         memory_overcommit: Mapping[str, float] | None = None,
         compute_overcommit: Mapping[str, float] | None = None,
+        memo_limit: int = MAX_MEMO_ENTRIES,
     ) -> None:
+        if memo_limit < 1:
+            raise ValueError(f"memo_limit must be at least 1, got {memo_limit}")
+        #: Answers each node keeps per state (``NodeState.memo_limit``).
+        self.memo_limit = memo_limit
         self._memory_oc = dict(memory_overcommit or {})
         self._compute_oc = dict(compute_overcommit or {})
         for name, factors in (("memory", self._memory_oc), ("compute", self._compute_oc)):
@@ -206,7 +215,7 @@ class UsageLedger:
             by_vendor.setdefault(device.vendor, []).append(device)
         state = self._nodes.get(name)
         if state is None:
-            state = NodeState(name, self._next_index)
+            state = NodeState(name, self._next_index, memo_limit=self.memo_limit)
             self._next_index += 1
             self._nodes[name] = state
         state.cpu_alloc = cpu_milli
@@ -452,7 +461,11 @@ class UsageLedger:
 
     def recount(self) -> dict[str, Any]:
         """The snapshot of a ledger rebuilt from scratch from the inventories and entries."""
-        fresh = UsageLedger(memory_overcommit=self._memory_oc, compute_overcommit=self._compute_oc)
+        fresh = UsageLedger(
+            memory_overcommit=self._memory_oc,
+            compute_overcommit=self._compute_oc,
+            memo_limit=self.memo_limit,
+        )
         for name, state in self._nodes.items():
             if name in self._inventory:
                 fresh.set_node(

@@ -41,6 +41,12 @@ class Policy:
     #: with the pod's CPU and memory without checking their devices first, and checks only
     #: the ``None`` ones, to say why. Off unless declared.
     fits_in_score = False
+    #: Failures to refresh a model the policy learns (e.g. its workload); the policy logs
+    #: each, keeps deciding with the model it had and tries again later.
+    model_errors = 0
+    #: Called with (policy name, exception) on each such failure, e.g. to count it in a
+    #: metric; set by whoever runs the policy (the scheduler does), ``None``: only logged.
+    on_model_error: Callable[[str, BaseException], None] | None = None
 
     def score(self, node: NodeState, request: PodRequest) -> float | tuple[float, ...]:
         """How much *request* should go to *node* (it fits there); higher is better.

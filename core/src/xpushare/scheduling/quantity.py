@@ -3,58 +3,147 @@
 Why here and not a client library: the scheduling core must import nothing heavy, and only
 two conversions are needed, CPU to millicores and memory to MiB, with kube-scheduler's
 rounding (a request is rounded up: asking 1.5 MiB reserves 2).
+
+Why the text is checked before any arithmetic: a pod spec is untrusted input, parsed on the
+scheduler's event loop for every ``/filter``, ``/prioritize`` and admission review, and
+``Decimal`` arithmetic costs what its operands are long: ``"1e999999"`` is a short string,
+but rounding it to an integer builds a million-digit number (half a minute of a frozen
+process) and ``"1e999999999"`` overflows the decimal context. So a quantity is first checked
+as text (its length, its grammar, and the order of magnitude its digits, exponent and suffix
+give) and refused unless Kubernetes itself could hold it: apimachinery's
+``resource.Quantity`` represents no number above 2^63-1 in magnitude. Only then is it turned
+into a ``Decimal``, whose operands are now at most :data:`MAX_QUANTITY_CHARS` digits with a
+small exponent, so every step costs microseconds.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal
 
-# Suffixes of resource.Quantity (k8s.io/apimachinery, quantity.go): binary and decimal SI.
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
+#: Largest magnitude of a Kubernetes quantity (apimachinery's ``resource.Quantity``: "no
+#: quantity may represent a number greater than 2^63-1 in magnitude").
+MAX_QUANTITY = 2**63 - 1
+#: Longest quantity text read. 2^63-1 has 19 digits; with a sign, a decimal point, nine
+#: decimals (nano, the finest suffix) and a suffix, any quantity written in a sensible way
+#: stays under 32 characters. Beyond this the text is refused before it is parsed at all.
+MAX_QUANTITY_CHARS = 64
+#: Decimal order of magnitude above which a value cannot be a quantity: 10^19 > 2^63-1.
+_MAX_ORDER = 18
+#: Finest value a quantity holds: 1n (10^-9, the smallest suffix). Kubernetes rounds a more
+#: precise quantity up to it; so does :func:`parse_quantity`, without building the digits.
+_MIN_ORDER = -9
+_NANO = Decimal("1e-9")
+#: Enough digits for every product and quotient below to be exact: a quantity has at most
+#: MAX_QUANTITY_CHARS digits, a multiplier at most 19 (2^60), a MiB divisor adds 20.
+_EXACT = Context(prec=2 * MAX_QUANTITY_CHARS)
+
+# Suffixes of resource.Quantity (k8s.io/apimachinery, quantity.go): binary and decimal SI,
+# each with its multiplier and its decimal order of magnitude (2^10 ~ 10^3).
+_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_UNITS: dict[str, tuple[Decimal, int]] = {
+    **{s: (Decimal(2 ** (10 * k)), 3 * k) for s, k in _BINARY.items()},
+    **{s: (Decimal(10) ** k, k) for s, k in _DECIMAL.items()},
 }
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]{0,2})$")
+# <sign><digits>[.<digits>] then an exponent or a suffix (apimachinery's grammar: one
+# <suffix>, which is a binary SI unit, a decimal SI unit or a decimal exponent).
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
+    r"(?:[eE](?P<exp>[+-]?[0-9]+)|(?P<unit>[a-zA-Z]{1,2}))?"
+)
 MIB = 2**20
 
 
+class QuantityError(ValueError):
+    """A text that is not a Kubernetes quantity; ``reason`` says why, without the text."""
+
+    def __init__(self, value: object, reason: str) -> None:
+        super().__init__(f"{shown(value)} {reason}")
+        self.reason = reason
+
+
+class QuantityRangeError(QuantityError):
+    """A well-formed number that no Kubernetes quantity can hold (above 2^63-1)."""
+
+
+TOO_LARGE = (
+    f"is larger than any Kubernetes quantity (at most 2^63-1 = {MAX_QUANTITY:,} in magnitude)"
+)
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """*value* quoted for a message, cut to *limit* characters: a message naming a value
+    is copied into the answer for every candidate node, so a long value must not be."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}"
+
+
+def has_unit(value: str) -> bool:
+    """Whether the quantity text ends in a unit suffix (``Gi``, ``M``, ``m`` ...)."""
+    return value.strip()[-1:].isalpha()
+
+
 def parse_quantity(value: str | int | float) -> Decimal:
-    """The value of a quantity in base units (cores, bytes); ``ValueError`` if malformed."""
+    """The value of a quantity in base units (cores, bytes).
+
+    :raises QuantityRangeError: larger than a quantity can be;
+    :raises QuantityError: anything else that is not a quantity.
+    """
+    if isinstance(value, bool):
+        raise QuantityError(value, "is not a Kubernetes quantity like '500m', '2' or '16Gi'")
     if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise QuantityError(value, "is not a finite number")
+        if abs(value) > MAX_QUANTITY:
+            raise QuantityRangeError(value, TOO_LARGE)
         return Decimal(str(value))
     text = str(value).strip()
-    match = _QUANTITY.match(text)
-    if not match:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity like '500m', '2' or '16Gi'")
-    number, suffix = match.groups()
-    try:
-        base = Decimal(number)
-    except InvalidOperation:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
-    if suffix in _BINARY:
-        return base * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return base * _DECIMAL[suffix]
-    raise ValueError(f"{value!r} has an unknown unit {suffix!r}")
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityError(
+            text,
+            f"is {len(text):,} characters long; a Kubernetes quantity has at most "
+            f"{MAX_QUANTITY_CHARS}",
+        )
+    match = _QUANTITY.fullmatch(text)
+    if match is None or not (match["int"] or match["frac"]):
+        raise QuantityError(value, "is not a Kubernetes quantity like '500m', '2' or '16Gi'")
+    unit = match["unit"] or ""
+    scale = _UNITS.get(unit)
+    if scale is None:
+        raise QuantityError(value, f"has an unknown unit {unit!r}")
+    multiplier, unit_order = scale
+    digits = match["int"].lstrip("0")
+    fraction = match["frac"] or ""
+    if digits:
+        order = len(digits) - 1
+    else:
+        significant = fraction.lstrip("0")
+        if not significant:
+            return Decimal(0)  # zero, whatever its exponent or unit
+        order = -(len(fraction) - len(significant)) - 1
+    # The exponent's digits are bounded by the length check: int() of them is cheap.
+    order += int(match["exp"] or 0) + unit_order
+    negative = match["sign"] == "-"
+    if order > _MAX_ORDER:
+        raise QuantityRangeError(value, TOO_LARGE)
+    if order < _MIN_ORDER:
+        return -_NANO if negative else _NANO
+    number = match[0][: match.start("unit")] if unit else match[0]
+    # Bounded operands now: at most MAX_QUANTITY_CHARS digits, |value| < 10^19.
+    result = _EXACT.multiply(Decimal(number), multiplier)
+    if abs(result) > MAX_QUANTITY:
+        raise QuantityRangeError(value, TOO_LARGE)
+    return result
 
 
 def cpu_millis(value: str | int | float) -> int:
     """CPU in millicores, rounded up."""
-    return math.ceil(parse_quantity(value) * 1000)
+    return math.ceil(_EXACT.multiply(parse_quantity(value), 1000))
 
 
 def memory_mib(value: str | int | float, *, round_up: bool = True) -> int:
     """Memory in MiB, rounded up (requests) or down (allocatable)."""
-    mib = parse_quantity(value) / MIB
+    mib = _EXACT.divide(parse_quantity(value), MIB)
     return math.ceil(mib) if round_up else math.floor(mib)

@@ -290,7 +290,11 @@ class DeviceTable:
 #: old one simply miss).
 _SIG_IDS: dict[tuple[Any, ...], int] = {}
 _next_sig_id = itertools.count(1)
-MAX_INTERNED_SIGNATURES = 200_000
+#: Bound of that table. A table signature is a tuple of device signatures (tuples shared
+#: with the devices), a few hundred bytes: some 8 MB at the bound. The full openb replay
+#: interns ~8,500; a scheduler one per node state and per placement the FGD policies try,
+#: so a stream of requests of new sizes refills it.
+MAX_INTERNED_SIGNATURES = 16_384
 
 
 def intern_signature(sig: tuple[Any, ...]) -> int:
@@ -364,12 +368,35 @@ def cached_signature(d: DeviceState) -> tuple[Any, ...]:
     return sig
 
 
+#: Answers one node's memo (or one node state's shared answers) keeps by default; a full
+#: memo drops its oldest answer for each new one. Per request kind a node holds at most four
+#: (the engine's verdict, the policy's placement, its tie-break, /filter's feasibility), so
+#: this keeps the last 16 or more kinds: a pod's /filter, /prioritize and /bind, and its
+#: sibling pods from the same controller. Entries mostly point to answers shared by many
+#: nodes, so at 5,000 nodes the 320,000 of them take some 15-30 MB; without a bound every
+#: distinct request ever asked stayed on every node. (The simulator, which asks every node
+#: about each of its trace's shapes, keeps more: ``UsageLedger(memo_limit=...)``.)
+MAX_MEMO_ENTRIES = 64
+
+
+def remember(memo: dict[Any, Any], key: Any, value: Any, limit: int = MAX_MEMO_ENTRIES) -> None:
+    """``memo[key] = value``; a memo holding *limit* answers first drops its oldest.
+
+    A dict iterates in insertion order, so the first key is the oldest: dropping it costs
+    O(1), and the bound holds whatever kinds of requests arrive.
+    """
+    if len(memo) >= limit:
+        del memo[next(iter(memo))]
+    memo[key] = value
+
+
 class NodeState:
     """One node: host resources and a device table per vendor.
 
     ``version`` changes on every change to the node, and ``memo`` is replaced with it: the
     placement engine keeps per-node answers there (fit and score of one request shape),
-    which therefore never outlive the state they were computed from.
+    which therefore never outlive the state they were computed from. Writers go through
+    :func:`remember`, which bounds it (and ``shared``) to ``memo_limit`` answers.
     """
 
     __slots__ = (
@@ -378,6 +405,7 @@ class NodeState:
         "index",
         "labels",
         "memo",
+        "memo_limit",
         "memory_alloc",
         "memory_used",
         "name",
@@ -397,6 +425,7 @@ class NodeState:
         cpu_alloc: int | None = None,
         memory_alloc: int | None = None,
         labels: dict[str, str] | None = None,
+        memo_limit: int = MAX_MEMO_ENTRIES,
     ) -> None:
         self.name = name
         #: Position in the ledger (order of registration): a stable tie-break.
@@ -413,11 +442,17 @@ class NodeState:
         self.orphans: dict[tuple[str, str], list[int]] = {}
         self.version = 0
         self.memo: dict[Any, Any] = {}
+        #: Answers ``memo`` and ``shared`` keep at most (see :func:`remember`).
+        self.memo_limit = memo_limit
         #: Answers that depend only on the node's state (:meth:`state_id`): one dict for
         #: every node in the same state, so an answer worked out for one node is there for
         #: all of them (the ledger swaps it when the node changes).
         self.shared: dict[Any, Any] = {}
         self.state_key: int | None = None
+
+    def remember(self, key: Any, value: Any) -> None:
+        """Keep an answer in the node's own memo (bounded: :func:`remember`)."""
+        remember(self.memo, key, value, self.memo_limit)
 
     @property
     def cpu_free(self) -> int | None:

@@ -38,10 +38,19 @@ def _limits(container: ContainerView) -> Mapping[str, str]:
     return {**container.requests, **container.limits}
 
 
+#: Digits of the largest Kubernetes quantity, 2^63-1: longer text is refused unread.
+_MAX_DIGITS: Final = 19
+
+
 def _whole(name: str, value: str, what: str) -> int:
     text = str(value).strip()
     if not text.isdigit():
         raise ValueError(f"{name} must be a whole number of {what}, got {value!r}")
+    if len(text) > _MAX_DIGITS or int(text) > 2**63 - 1:
+        raise ValueError(
+            f"{name} is {text[:24]!r}{'...' if len(text) > 24 else ''}, larger than any "
+            f"Kubernetes quantity (at most 2^63-1); ask for a number of {what} a chip can hold"
+        )
     return int(text)
 
 

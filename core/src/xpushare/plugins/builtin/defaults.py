@@ -8,14 +8,17 @@ hook out gets these, and one that implements it may still return ``None`` to fal
   in the vendor's units (``memory_unit_mib`` MiB each) or as a percent of each device, and a
   compute percent, where 100 means the device is used exclusively (§3.8). Constraints come
   from pod annotations, ours (``xpushare.io/use-model`` ...) and HAMi's
-  (``<domain>/use-gputype`` ...), so a HAMi user's pod specs keep their meaning.
+  (``<domain>/use-gputype`` ...), so a HAMi user's pod specs keep their meaning. Values are
+  checked as text before any arithmetic (:mod:`xpushare.scheduling.quantity`) and refused,
+  naming the container, the resource and the limit, beyond what a Kubernetes quantity or a
+  device can mean (:data:`~xpushare.models.request.MAX_DEVICE_COUNT`,
+  :data:`~xpushare.models.request.MAX_DEVICE_MEMORY_MIB`).
 * ``xpushare_fit`` is :func:`xpushare.scheduling.default_fit`.
 * ``xpushare_register_policies`` registers the core's placement policies.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from xpushare.hookspecs import hookimpl
@@ -28,8 +31,15 @@ from xpushare.models import (
     PodView,
     VendorSpec,
 )
+from xpushare.models.request import MAX_DEVICE_COUNT, MAX_DEVICE_MEMORY_MIB
 from xpushare.scheduling import builtin_policies, default_fit
-from xpushare.scheduling.quantity import parse_quantity
+from xpushare.scheduling.quantity import (
+    MAX_QUANTITY,
+    QuantityRangeError,
+    has_unit,
+    parse_quantity,
+    shown,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -64,14 +74,24 @@ def _value(container: ContainerView, name: str | None) -> str | None:
     return value
 
 
-def _integer(raw: str, name: str, who: str) -> int:
+def _integer(raw: str, name: str, who: str, most: int = MAX_QUANTITY, advice: str = "") -> int:
+    """The whole number *raw* of resource *name*, at most *most* (*advice* says what to ask).
+
+    The quantity parser refuses, before any arithmetic, what no quantity can hold, so the
+    conversion to ``int`` below handles at most 19 digits.
+    """
     try:
         value = parse_quantity(raw)
+    except QuantityRangeError as exc:
+        raise ValueError(f"{who}: {name} is {shown(raw)}, which {exc.reason}; {advice}") from None
     except ValueError:
-        value = Decimal("NaN")
-    if not value.is_finite() or value != value.to_integral_value():
-        raise ValueError(f"{who}: {name} must be a whole number, got {raw!r}")
-    return int(value)
+        raise ValueError(f"{who}: {name} must be a whole number, got {shown(raw)}") from None
+    if value != value.to_integral_value():
+        raise ValueError(f"{who}: {name} must be a whole number, got {shown(raw)}")
+    number = int(value)
+    if number > most:
+        raise ValueError(f"{who}: {name} is {shown(raw)}, above {most:,}; {advice}")
+    return number
 
 
 def _list(annotations: Mapping[str, str], keys: Sequence[str]) -> tuple[str, ...]:
@@ -91,7 +111,7 @@ def _flag(annotations: Mapping[str, str], keys: Sequence[str], who: str) -> bool
             continue
         value = raw.strip().lower()
         if value not in ("true", "false"):
-            raise ValueError(f"{who}: annotation {key} must be 'true' or 'false', got {raw!r}")
+            raise ValueError(f"{who}: annotation {key} must be 'true' or 'false', got {shown(raw)}")
         if value == "true":
             return True
     return False
@@ -110,23 +130,50 @@ def xpushare_resource_request(
     if raw_count is None and raw_memory is None and raw_percent is None and raw_compute is None:
         return None
     # HAMi's webhook adds one device when only memory or compute is given (defaultGPUNum).
-    count = 1 if raw_count is None else _integer(raw_count, names.count, who)
+    count = (
+        1
+        if raw_count is None
+        else _integer(
+            raw_count,
+            names.count,
+            who,
+            MAX_DEVICE_COUNT,
+            f"no node has more devices; ask for at most {MAX_DEVICE_COUNT}",
+        )
+    )
     if count == 0:
         return None
     if count < 0:
-        raise ValueError(f"{who}: {names.count} must be at least 1, got {raw_count!r}")
+        raise ValueError(f"{who}: {names.count} must be at least 1, got {shown(raw_count)}")
     memory_mib = None
     if raw_memory is not None:
-        memory = _integer(raw_memory, str(names.memory), who)
+        unit = vendor.memory_unit_mib
+        most_units = MAX_DEVICE_MEMORY_MIB // unit
+        advice = (
+            f"no device has more than {MAX_DEVICE_MEMORY_MIB:,} MiB (16 TiB) of memory; ask for "
+            f"at most {most_units:,}" + (f" (units of {unit} MiB)" if unit != 1 else " (MiB)")
+        )
+        # A value with a unit suffix ("4Gi") may mean bytes to a vendor that reads it so in
+        # a wrapper of this hook (MetaX, HAMi's rule): only a bare number is known here to be
+        # a count of memory units. The plugin host bounds the final request for every vendor.
+        memory = _integer(
+            raw_memory,
+            str(names.memory),
+            who,
+            MAX_QUANTITY if has_unit(raw_memory) else most_units,
+            advice,
+        )
         if memory < 0:
-            raise ValueError(f"{who}: {names.memory} must be >= 0, got {raw_memory!r}")
+            raise ValueError(f"{who}: {names.memory} must be >= 0, got {shown(raw_memory)}")
         memory_mib = memory * vendor.memory_unit_mib
     memory_percent = None
     if raw_percent is not None:
-        memory_percent = _integer(raw_percent, str(names.memory_percent), who)
+        memory_percent = _integer(
+            raw_percent, str(names.memory_percent), who, advice="ask for 1 to 100 (percent)"
+        )
         if not 1 <= memory_percent <= 100:
             raise ValueError(
-                f"{who}: {names.memory_percent} must be between 1 and 100, got {raw_percent!r}"
+                f"{who}: {names.memory_percent} must be between 1 and 100, got {shown(raw_percent)}"
             )
     if memory_mib is not None and memory_percent is not None:
         raise ValueError(
@@ -135,10 +182,16 @@ def xpushare_resource_request(
         )
     compute = 0
     if raw_compute is not None:
-        compute = _integer(raw_compute, str(names.compute), who)
+        compute = _integer(
+            raw_compute,
+            str(names.compute),
+            who,
+            advice="compute is a percent of each device: ask for 0 to 100",
+        )
         if not 0 <= compute <= 100:
             raise ValueError(
-                f"{who}: {names.compute} is a percent of each device, 0 to 100, got {raw_compute!r}"
+                f"{who}: {names.compute} is a percent of each device, 0 to 100, "
+                f"got {shown(raw_compute)}"
             )
     domain = names.count.split("/", 1)[0]
     ann = pod.annotations

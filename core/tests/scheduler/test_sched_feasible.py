@@ -1,0 +1,73 @@
+"""/filter's feasibility pass answers exactly what the core's fit answers, node by node.
+
+It shares device answers between nodes in one device state, and checks a pod's CPU and host
+memory per node first (so pods that ask for them share too): both must be invisible in the
+answers, whatever the mix of full, partly used and CPU-starved nodes.
+"""
+
+from __future__ import annotations
+
+import random
+
+from xpushare.models import (
+    ContainerAssignment,
+    ContainerRequest,
+    Device,
+    DeviceSlice,
+    PodAssignment,
+)
+from xpushare.placement import Placer
+from xpushare.scheduler.feasible import FeasibilityChecker
+from xpushare.scheduling import PodRequest, UsageLedger, fit_pod
+
+
+def fleet() -> UsageLedger:
+    rng = random.Random(3)
+    ledger = UsageLedger()
+    for n in range(40):
+        name = f"n{n}"
+        devices = [
+            Device(vendor="acme", id=f"{name}-{i}", index=i, model="A100", memory_mib=40_000)
+            for i in range(4)
+        ]
+        ledger.set_node(name, devices, cpu_milli=rng.choice([2_000, 8_000, 32_000]))
+        for i in range(rng.randrange(0, 5)):  # 0-4 devices a quarter to fully used
+            pct = rng.choice([25, 50, 100])
+            piece = DeviceSlice(
+                device_id=f"{name}-{i}", index=i, memory_mib=400 * pct, compute_percent=pct
+            )
+            container = ContainerAssignment(container="c", vendor="acme", devices=(piece,))
+            ledger.add(
+                f"{name}/{i}",
+                PodAssignment(node=name, containers=(container,)),
+                cpu_milli=rng.choice([0, 1_000, 6_000]),
+            )
+    return ledger
+
+
+def test_shared_answers_and_host_checks_give_the_fit_of_each_node() -> None:
+    ledger = fleet()
+    checker = FeasibilityChecker(Placer(ledger, "binpack"))
+    names = list(ledger.nodes)
+    rng = random.Random(5)
+    for _ in range(300):
+        request = PodRequest.build(
+            [
+                ContainerRequest(
+                    vendor="acme",
+                    count=rng.choice([1, 1, 2]),
+                    memory_mib=rng.randrange(1_000, 40_000),
+                    compute_percent=rng.choice([0, 10, 50]),
+                )
+            ],
+            cpu_milli=rng.choice([0, 0, 500, 4_000, 16_000]),
+            memory_mib=rng.choice([0, 1_000]),
+        )
+        got = checker.check(request, names)
+        for name in names:
+            fit = fit_pod(ledger.nodes[name], request)
+            if fit.fits:
+                assert name in got.fits
+            else:
+                assert got.failed[name] == fit.message()
+                assert got.reasons[name] == fit.primary()
