@@ -18,7 +18,7 @@ from test_sched_webhook import admit
 MAX_DEVICE_MEMORY_MIB = 2**24
 MAX_LEARNT_SHAPES = 256
 MAX_WORKLOAD_SHAPES = 64
-MAX_MEMO_ENTRIES = 64
+MAX_MEMO_ENTRIES = 32
 
 
 async def timed_get(http, url):

@@ -34,10 +34,11 @@ if TYPE_CHECKING:
 #: and the cache is simply emptied when it grows past this (an entry is some 100 bytes, a
 #: refusal's message 200 more: under 10 MB at the bound).
 SHARED_LIMIT = 32_768
-#: Ids of request shapes and node signatures kept at most. Ids are never reissued, so past
-#: the bound the table is emptied with the shared answers, and answers kept in the node
-#: memos under old ids age out of them (``NodeState.memo_limit``).
-IDS_LIMIT = 20_000
+#: Ids of request shapes and node signatures kept at most (a request's key is a few hundred
+#: bytes: 3 MB at the bound). Ids are never reissued, so past the bound the table is emptied
+#: with the shared answers, and answers kept in the node memos under old ids age out of
+#: them (``NodeState.memo_limit``).
+IDS_LIMIT = 8_192
 
 _MEMO = "xpushare.scheduler.feasible"
 _SIGNATURE = "xpushare.scheduler.signature"

@@ -37,7 +37,6 @@ from xpushare.scheduling.fit import (
 )
 from xpushare.scheduling.policy import Policy
 from xpushare.scheduling.state import (
-    MAX_INTERNED_SIGNATURES,
     SIG_UNITS,
     DeviceState,
     DeviceTable,
@@ -62,11 +61,14 @@ log = logging.getLogger(__name__)
 
 _memo_ids = itertools.count(-1, -1)  # negative: never equal to the placement engine's keys
 #: Bound of the growths kept per (node state, request shape), shared by nodes in one state:
-#: some 300 bytes each, 10 MB at the bound. The full openb replay keeps ~22,000.
-_MAX_STATE_ANSWERS = 32_768
-#: Table states whose vector a meter keeps: keyed by interned state ids, of which at most
-#: MAX_INTERNED_SIGNATURES live at a time (the openb replay keeps ~3,000).
-_MAX_VECTORS = MAX_INTERNED_SIGNATURES
+#: some 500 bytes each (the table states after the placement), 4 MB at the bound. The full
+#: openb replay keeps ~22,000 over its run; at 8,192 it runs as fast (measured).
+_MAX_STATE_ANSWERS = 8_192
+#: Table states whose vector a meter keeps. A vector holds up to one (CPU, memory, growth)
+#: per task shape: ~6 KB at the learnt workload's 64 shapes, so 12 MB at the bound. Each
+#: placement the policy weighs is a new state, so a stream of new request sizes fills it;
+#: the openb replay meets ~3,000 and runs as fast with this bound (a refill is ~30 us).
+_MAX_VECTORS = 2_048
 #: Request kinds the policy keeps an id for (its memo keys). Ids are never reused, so past
 #: the bound the table is emptied and answers under the old ids age out of the node memos.
 MAX_REQUEST_IDS = 4_096

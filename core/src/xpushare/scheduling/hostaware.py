@@ -41,7 +41,7 @@ from xpushare.scheduling.fragmentation import (
     _memo_ids,
 )
 from xpushare.scheduling.policies import BestFitPolicy
-from xpushare.scheduling.state import MAX_INTERNED_SIGNATURES, SIG_MEMORY, UNITS
+from xpushare.scheduling.state import SIG_MEMORY, UNITS
 from xpushare.scheduling.units import demand_units
 
 if TYPE_CHECKING:
@@ -61,9 +61,9 @@ if TYPE_CHECKING:
 #: threshold between 0 and 33 % separates the traces measured; 10 % is not tuned further.
 PINNED_LIMIT = 0.10
 _INF = float("inf")
-#: Table states whose CPU-aware rows a meter keeps: keyed by interned state ids, of which at
-#: most MAX_INTERNED_SIGNATURES live at a time (the openb replay keeps ~2,000).
-_MAX_ROWS = MAX_INTERNED_SIGNATURES
+#: Table states whose CPU-aware rows a meter keeps: a row per task shape, ~7 KB at 64 shapes,
+#: 14 MB at the bound (as FGD's vectors, fragmentation._MAX_VECTORS; the openb replay ~2,000).
+_MAX_ROWS = 2_048
 
 
 def pinned_share(workload: Workload) -> float:

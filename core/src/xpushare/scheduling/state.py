@@ -369,14 +369,14 @@ def cached_signature(d: DeviceState) -> tuple[Any, ...]:
 
 
 #: Answers one node's memo (or one node state's shared answers) keeps by default; a full
-#: memo drops its oldest answer for each new one. Per request kind a node holds at most four
+#: memo drops its oldest answer for each new one. Per request kind a node holds two to four
 #: (the engine's verdict, the policy's placement, its tie-break, /filter's feasibility), so
-#: this keeps the last 16 or more kinds: a pod's /filter, /prioritize and /bind, and its
-#: sibling pods from the same controller. Entries mostly point to answers shared by many
-#: nodes, so at 5,000 nodes the 320,000 of them take some 15-30 MB; without a bound every
-#: distinct request ever asked stayed on every node. (The simulator, which asks every node
-#: about each of its trace's shapes, keeps more: ``UsageLedger(memo_limit=...)``.)
-MAX_MEMO_ENTRIES = 64
+#: this keeps the last 8 to 16 kinds: a pod's /filter, /prioritize and /bind, and its sibling
+#: pods from the same controller. At 5,000 nodes that is 160,000 answers: some 10 MB when
+#: they point to answers nodes share, 50 MB at worst (one refusal per node); without a bound
+#: every distinct request ever asked stayed on every node. (The simulator, which asks every
+#: node about each of its trace's shapes in turn, keeps more: ``UsageLedger(memo_limit=)``.)
+MAX_MEMO_ENTRIES = 32
 
 
 def remember(memo: dict[Any, Any], key: Any, value: Any, limit: int = MAX_MEMO_ENTRIES) -> None:

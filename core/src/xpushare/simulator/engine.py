@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]
 
 #: Answers each node keeps in a replay (``UsageLedger(memo_limit=...)``; the scheduler keeps
-#: 64). A replay asks every unchanged node about each task shape of its trace in turn: the
+#: 32). A replay asks every unchanged node about each task shape of its trace in turn: the
 #: openb default trace has 151 distinct tasks, and with 64 answers a node the full replay
 #: took 60 % longer. A trace is finite, so this bounds nothing a replay needs: 1,024 answers
 #: a node, ~1,200 nodes, some 40 MB at most.
