@@ -296,6 +296,9 @@ class Placer:
         fit_in_score = single and self.policy.fits_in_score
         kinds = self._kind_fits(key, demands[0]) if single and not fit_in_score else None
         demand = demands[0] if demands else None
+        # Refusals alike (same reasons, count and failing demand, so the same message) share
+        # one verdict: a memo entry then costs a pointer, not a fit per node.
+        refused: dict[tuple[Any, ...], Verdict] = {}
         for i, node in enumerate(nodes):
             if fit_in_score:
                 # The policy tells which nodes' devices cannot take the pod (answering
@@ -333,7 +336,11 @@ class Placer:
                 scoring.append(i)
             else:
                 # The message is built when someone reads it (filter), not for every node.
-                out[i] = (False, fit, fit.primary())
+                alike = (tuple(fit.reasons.items()), fit.examined, id(fit.failed))
+                found = refused.get(alike)
+                if found is None:
+                    found = refused[alike] = (False, fit, fit.primary())
+                out[i] = found
         if scoring:
             scores = self.policy.score_many([nodes[i] for i in scoring], request)
             # Nodes with equal scores share one verdict, so a memo entry costs a pointer, not
