@@ -244,6 +244,26 @@ def xpushare_fit(
 
 
 @hookspec(firstresult=True)
+def xpushare_fit_applies(devices: Sequence[Device]) -> bool | None:
+    """Whether this vendor's ``xpushare_fit`` may decide anything on a node with *devices*.
+
+    Called by the placement engine (extender and simulator) once per node inventory: when a
+    node's devices of this vendor are registered or change, never per request; on the
+    caller's thread, with this vendor's devices of that node. Return ``False`` when
+    ``xpushare_fit`` answers ``None`` on such a node for every request that names no
+    partition: the core's own fit then decides there without building the hook's views,
+    which is what keeps a stream of new request shapes at microseconds a node instead of tens
+    (``/filter`` asks every candidate node; benchmarks/bench_shapes.py). Requests that name a
+    partition are always given to ``xpushare_fit``. A vendor whose fit reads the node's labels
+    or annotations must not return ``False``.
+
+    Stops at the first non-``None`` result; ``None`` (or no implementation) means ``True``:
+    ``xpushare_fit`` is asked on every node, as without this hook. An exception counts as
+    ``True`` and is logged.
+    """
+
+
+@hookspec(firstresult=True)
 def xpushare_score(
     request: ContainerRequest, node: NodeView, fit: FitResult, usage: Mapping[str, DeviceUsage]
 ) -> float | None:

@@ -482,3 +482,75 @@ def test_a_policy_that_answers_the_fit_is_checked_where_it_says_no(
     assert result.fits == ["free"]
     assert "full" in result.failed and "1 not enough" in result.failed["full"]
     assert "no score for a node the pod fits" in caplog.text
+
+
+def _scoped_vendor(applies: Any, asked: list[str]) -> object:
+    class Scoped:
+        """Answers partition requests and nodes with a linked device itself; leaves the rest."""
+
+        @hookimpl
+        def xpushare_vendor(self) -> VendorSpec:
+            return VendorSpec(
+                name="scoped",
+                api_version=API_VERSION,
+                resource_names=ResourceNames(count="scoped.example.com/gpu"),
+            )
+
+        @hookimpl
+        def xpushare_fit_applies(self, devices: Any) -> bool | None:
+            return applies(devices)  # type: ignore[no-any-return]
+
+        @hookimpl
+        def xpushare_fit(self, request: ContainerRequest, node: Any) -> FitResult | None:
+            asked.append(node.name)
+            if any(d.model == "LINKED" for d in node.devices):
+                return FitResult(fits=False, reasons={FitReason.NOT_ENOUGH_FIT: 1})
+            return None
+
+    return Scoped()
+
+
+def _scoped_fleet() -> UsageLedger:
+    ledger = UsageLedger()
+    for n in range(6):
+        model = "LINKED" if n == 0 else "PLAIN"
+        ledger.set_node(
+            f"n{n}",
+            [
+                Device(vendor="scoped", id=f"n{n}-{i}", index=i, model=model, memory_mib=10)
+                for i in range(2)
+            ],
+        )
+    return ledger
+
+
+def _scoped_pod(count: int) -> PodView:
+    limits = {"scoped.example.com/gpu": str(count)}
+    return PodView(ref=PodRef(name="p"), containers=(ContainerView(name="c", limits=limits),))
+
+
+@pytest.mark.parametrize(
+    ("applies", "skipped"),
+    [
+        # The vendor's own fit decides on the linked node only: the others are never shown to it.
+        (lambda ds: any(d.model == "LINKED" for d in ds), True),
+        (lambda ds: None, False),  # no opinion: asked everywhere, as without the hook
+        (lambda ds: 1 / 0, False),  # a broken hook costs speed, never a wrong answer
+        (lambda ds: "no", False),  # not a bool: likewise
+    ],
+)
+def test_fit_applies_spares_the_vendor_fit_where_it_says_so(applies: Any, skipped: bool) -> None:
+    asked: list[str] = []
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("scoped", _scoped_vendor(applies, asked))
+    ledger = _scoped_fleet()
+    placer = Placer(ledger, "binpack", host=host)
+    for count in (1, 2, 1, 2):
+        result = placer.filter(placer.request(_scoped_pod(count)), list(ledger.nodes))
+        # The same answers either way: the linked node refused by the vendor, the rest fit.
+        assert sorted(result.fits) == [f"n{n}" for n in range(1, 6)]
+        assert list(result.failed) == ["n0"]
+    if skipped:
+        assert set(asked) == {"n0"}
+    else:
+        assert set(asked) == {f"n{n}" for n in range(6)}

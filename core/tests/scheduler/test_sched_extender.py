@@ -139,3 +139,80 @@ async def test_a_pod_that_skipped_the_webhook_is_held_to_its_isolation_rules(
     allowed = create_pod(api, allowed)
     result = await sched.post(http, "filter", filter_args(allowed, ["node-0", "node-1"]))
     assert sorted(result["NodeNames"]) == ["node-0", "node-1"]
+
+
+async def test_one_parse_serves_the_three_verbs_of_a_pod(api, sched, http, monkeypatch):
+    add_nodes(api, 2)
+    await sched.settle(api)
+    placer = sched.scheduler.extender.placer
+    parsed: list[str] = []
+    real = placer.request
+
+    def counting(view):
+        parsed.append(view.ref.name)
+        return real(view)
+
+    monkeypatch.setattr(placer, "request", counting)
+    want = create_pod(api, gpu_pod("want", gpu="1", mem="1000"))
+    result = await sched.post(http, "filter", filter_args(want, ["node-0", "node-1"]))
+    assert result["NodeNames"] == ["node-0", "node-1"]
+    await sched.post(http, "prioritize", filter_args(want, ["node-0", "node-1"]))
+    assert await sched.post(http, "bind", bind_args(want, "node-0")) == {"Error": ""}
+    assert parsed == ["want"]
+
+
+async def test_other_content_under_a_known_uid_and_version_gets_its_own_parse(api, sched, http):
+    add_nodes(api, 1, spec="1x A100-80GB")
+    await sched.settle(api)
+    want = create_pod(api, gpu_pod("want", gpu="1", mem="1000"))
+    assert (await sched.post(http, "filter", filter_args(want, ["node-0"])))["NodeNames"] == [
+        "node-0"
+    ]
+    # The same UID and resourceVersion with a request no device can hold: the first parse
+    # must not answer for it, and its answer must not stick to the real pod afterwards.
+    forged = {**want, "spec": gpu_pod("want", gpu="1", mem="900000")["spec"]}
+    result = await sched.post(http, "filter", filter_args(forged, ["node-0"]))
+    assert result["NodeNames"] == []
+    assert (await sched.post(http, "filter", filter_args(want, ["node-0"])))["NodeNames"] == [
+        "node-0"
+    ]
+
+
+def test_the_parse_cache_is_bounded_and_skips_what_is_large():
+    from xpushare.models import ContainerView, PodRef, PodView
+    from xpushare.scheduler.extender import PARSE_CACHE_ENTRY_CHARS, ParseCache
+
+    cache = ParseCache(size=4)
+    calls: list[str] = []
+
+    def parse(view):
+        calls.append(view.ref.uid)
+        if view.annotations.get("bad"):
+            raise ValueError("bad request")
+        return view.ref.uid
+
+    def view(uid: str, **annotations: str) -> PodView:
+        return PodView(
+            ref=PodRef(name="p", uid=uid),
+            annotations=annotations,
+            containers=(ContainerView(name="c", limits={"a": "1"}),),
+        )
+
+    for i in range(10):
+        assert cache.parse(view(f"u{i}"), "1", parse) == (f"u{i}", "")
+    assert len(cache) == 4
+    assert cache.parse(view("u9"), "1", parse) == ("u9", "")
+    assert calls.count("u9") == 1
+    # A refusal is remembered like an answer; no UID or no version: never remembered.
+    assert cache.parse(view("ub", bad="1"), "1", parse) == (None, "bad request")
+    assert cache.parse(view("ub", bad="1"), "1", parse) == (None, "bad request")
+    assert calls.count("ub") == 1
+    cache.parse(view(""), "1", parse)
+    cache.parse(view(""), "1", parse)
+    cache.parse(view("u0"), "", parse)
+    cache.parse(view("u0"), "", parse)
+    assert calls.count("") == 2 and calls.count("u0") == 3
+    big = view("big", note="x" * PARSE_CACHE_ENTRY_CHARS)
+    cache.parse(big, "1", parse)
+    cache.parse(big, "1", parse)
+    assert calls.count("big") == 2

@@ -71,3 +71,47 @@ def test_shared_answers_and_host_checks_give_the_fit_of_each_node() -> None:
             else:
                 assert got.failed[name] == fit.message()
                 assert got.reasons[name] == fit.primary()
+
+
+def test_answers_follow_every_change_of_a_node() -> None:
+    """The one-vendor path keys answers by the device table's state id: a node that changes
+    between two checks must be answered from its new state, never from a remembered one."""
+    ledger = fleet()
+    ledger.set_node("other", [Device(vendor="zeta", id="z0", index=0, model="Z", memory_mib=1)])
+    checker = FeasibilityChecker(Placer(ledger, "binpack"))
+    names = [*ledger.nodes, "ghost"]
+    rng = random.Random(11)
+    added = 0
+    for step in range(400):
+        request = PodRequest.build(
+            [
+                ContainerRequest(
+                    vendor="acme",
+                    count=1,
+                    memory_mib=rng.choice([4_000, 10_000, 20_000, 39_000]),
+                    compute_percent=rng.choice([0, 25]),
+                )
+            ]
+        )
+        got = checker.check(request, names)
+        assert got.failed["ghost"] and "other" in got.failed
+        for name in names[:-1]:
+            fit = fit_pod(ledger.nodes[name], request)
+            assert (name in got.fits) == fit.fits, (step, name)
+            if not fit.fits:
+                assert got.failed[name] == fit.message()
+        if got.fits and step % 3 == 0:  # take part of a node that fitted: it must change
+            name = rng.choice(got.fits)
+            state = ledger.nodes[name]
+            device = next(
+                d
+                for d in state.tables["acme"].devices
+                if d.usable and d.memory_cap - d.used_memory >= 4_000
+            )
+            piece = DeviceSlice(
+                device_id=device.id, index=device.index, memory_mib=4_000, compute_percent=0
+            )
+            container = ContainerAssignment(container="c", vendor="acme", devices=(piece,))
+            ledger.add(f"new-{added}", PodAssignment(node=name, containers=(container,)))
+            added += 1
+    assert added > 50

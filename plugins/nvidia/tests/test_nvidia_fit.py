@@ -261,3 +261,25 @@ def test_unhealthy_mig_gpus_are_skipped(mig_view: tuple[VendorHandle, NodeView])
     result = handle.fit(request=ask(1, partition="1g.10gb"), node=sick, usage={}, device_order=[])
     assert not result.fits
     assert result.reasons[FitReason.UNHEALTHY] == 1
+
+
+def test_fit_applies_only_where_mig_or_nvlink_can_change_the_answer(
+    nvidia: Callable[..., VendorHandle], fake: FakeNvml
+) -> None:
+    fake.add_gpus(4)
+    plain = nvidia().detect()
+    assert plugin.xpushare_fit_applies(plain) is False
+    # The promise the hook makes to the core: on such a node every request without a
+    # partition is left to the default, whatever its count, memory, compute or exclusivity.
+    view = node(plain)
+    for count in (1, 2, 4):
+        for kw in ({}, {"memory_mib": 1000}, {"compute_percent": 30}, {"exclusive": True}):
+            assert plugin.xpushare_fit(ask(count, **kw), view, {}, [], 1.0) is None
+
+
+def test_fit_applies_on_nvlink_nodes(islands: tuple[VendorHandle, NodeView]) -> None:
+    assert plugin.xpushare_fit_applies(islands[1].devices) is True
+
+
+def test_fit_applies_on_mig_nodes(mig_view: tuple[VendorHandle, NodeView]) -> None:
+    assert plugin.xpushare_fit_applies(mig_view[1].devices) is True

@@ -766,6 +766,15 @@ class Placer:
             extra: Extra | None,
             full: bool,
         ) -> tuple[list[Pick] | None, dict[FitReason, int]] | None:
+            applies = table.vendor_fit
+            if applies is None:  # once per table: the ledger builds a new one per inventory
+                applies = table.vendor_fit = handle.fit_applies(
+                    ledger.devices(node.name, demand.vendor)
+                )
+            if not applies and demand.partition is None:
+                # The vendor said its fit leaves such a node to the default: skip building
+                # the views it would be given (tens of microseconds a node).
+                return None
             usage = _usage_with(table, extra)
             try:
                 result = handle.own_fit(

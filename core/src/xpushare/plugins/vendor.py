@@ -220,6 +220,36 @@ class VendorHandle:
             raise PluginError(self.name, "xpushare_fit: no implementation answered")
         return self._checked("xpushare_fit", lambda: validation.fit(raw, request, node))
 
+    def fit_applies(self, devices: Sequence[Device]) -> bool:
+        """Whether :meth:`own_fit` may decide anything on a node with *devices* (the
+        ``xpushare_fit_applies`` hook; ``True`` without one or when it fails)."""
+        if not self.implements("xpushare_fit_applies"):
+            return True
+        try:
+            raw = self._own_caller("xpushare_fit_applies")(devices=devices)
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:
+            log.warning(
+                "vendor %s: xpushare_fit_applies raised %s: %s; its xpushare_fit is asked on "
+                "every node",
+                self.name,
+                type(exc).__name__,
+                exc,
+            )
+            return True
+        if raw is None:
+            return True
+        if not isinstance(raw, bool):
+            log.warning(
+                "vendor %s: xpushare_fit_applies returned %s, not a bool; its xpushare_fit is "
+                "asked on every node",
+                self.name,
+                type(raw).__name__,
+            )
+            return True
+        return raw
+
     def own_fit(
         self,
         *,

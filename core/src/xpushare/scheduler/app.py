@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import socket
 import ssl
@@ -22,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import hdrs, web
 
 from xpushare.placement import Placer
@@ -299,7 +299,9 @@ class Scheduler:
                     # Timed from here: the time to receive the body is the network's and the
                     # client's; from here on (parse, decide, encode) it is ours.
                     started = time.perf_counter()
-                    body = json.loads(raw)
+                    # orjson: a fifth of the standard parser's time on 500-name bodies,
+                    # and it refuses NaN, lone surrogates and depth past 1,024 itself.
+                    body = orjson.loads(raw)
                 except TooLarge:
                     return self._error(
                         verb,
@@ -351,7 +353,11 @@ class Scheduler:
                     return self._error(
                         verb, 500, "internal", f"internal error in {verb}: {type(exc).__name__}"
                     )
-                payload = json.dumps(result, separators=(",", ":")).encode()
+                try:
+                    payload = orjson.dumps(result)
+                except TypeError as exc:  # a bug (a value JSON has no form for), not the caller's
+                    log.error("%s answered what JSON cannot carry: %s", verb, exc)
+                    return self._error(verb, 500, "internal", f"internal error in {verb}: {exc}")
                 # Server-side time (read, decide, encode) for operators and the benchmark.
                 spent_ms = (time.perf_counter() - started) * 1000
                 return web.Response(

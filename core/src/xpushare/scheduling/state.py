@@ -147,6 +147,7 @@ class DeviceTable:
         "units_free",
         "units_total",
         "vendor",
+        "vendor_fit",
     )
 
     def __init__(self, vendor: str, devices: list[DeviceState]) -> None:
@@ -185,6 +186,10 @@ class DeviceTable:
         self.signature: tuple[Any, ...] | None = None
         self.sig_id: int | None = None
         self.kind_counts: tuple[tuple[tuple[Any, ...], int], ...] | None = None
+        #: Whether the vendor's own fit may decide on these devices (its
+        #: ``xpushare_fit_applies`` hook), asked once by the placement engine: ``None``
+        #: until then. The ledger builds a new table when the inventory changes.
+        self.vendor_fit: bool | None = None
         self.refresh()
 
     def refresh(self) -> None:

@@ -72,6 +72,8 @@ class RecordedRequest:
     query: dict[str, str]
     content_type: str
     body: Any
+    #: The ``Authorization`` header as sent ("" without one): what credentials reached us.
+    authorization: str = ""
 
     @property
     def resource(self) -> str | None:
@@ -436,7 +438,14 @@ class FakeApiServer:
             body = raw.decode("utf-8", "replace")
         content_type = request.headers.get("Content-Type", "")
         self.requests.append(
-            RecordedRequest(request.method, request.path, dict(request.query), content_type, body)
+            RecordedRequest(
+                request.method,
+                request.path,
+                dict(request.query),
+                content_type,
+                body,
+                request.headers.get("Authorization", ""),
+            )
         )
         recorded = self.requests[-1]
         after: Hook | None = None

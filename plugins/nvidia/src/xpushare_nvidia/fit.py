@@ -75,6 +75,13 @@ def fit(
     return _fit_shared(request, ordered, usage, memory_overcommit)
 
 
+def applies(devices: Sequence[Device]) -> bool:
+    """Whether :func:`fit` may answer anything but ``None`` for a request without a partition
+    on a node with *devices*: only where a GPU is in MIG mode or GPUs are linked by NVLink
+    (the two conditions of :func:`fit` that do not depend on the request)."""
+    return any(d.mode == MIG_MODE for d in devices) or topology.has_nvlink(devices)
+
+
 def _ordered(devices: Sequence[Device], order: Sequence[str]) -> list[Device]:
     rank = {device_id: i for i, device_id in enumerate(order)}
     return sorted(devices, key=lambda d: (rank.get(d.id, len(rank)), d.index))

@@ -101,6 +101,11 @@ def xpushare_fit(
 
 
 @hookimpl
+def xpushare_fit_applies(devices: Sequence[Device]) -> bool | None:
+    return fitting.applies(devices)
+
+
+@hookimpl
 def xpushare_score(
     request: ContainerRequest, node: NodeView, fit: FitResult, usage: Mapping[str, DeviceUsage]
 ) -> float | None:
