@@ -115,3 +115,69 @@ def test_answers_follow_every_change_of_a_node() -> None:
             ledger.add(f"new-{added}", PodAssignment(node=name, containers=(container,)))
             added += 1
     assert added > 50
+
+
+def test_a_vendor_fit_that_applies_to_some_nodes_is_asked_there_only() -> None:
+    """/filter for a vendor with its own fit: the core answers the nodes the vendor said its
+    fit leaves to the default (``xpushare_fit_applies``), the vendor the others; the answers
+    are the placer's, node by node, as the fleet changes."""
+    from typing import Any
+
+    from xpushare import API_VERSION, hookimpl
+    from xpushare.models import FitReason, FitResult, ResourceNames, VendorSpec
+    from xpushare.plugins import HostSettings, PluginHost
+    from xpushare.plugins.builtin import CORE_PLUGINS
+
+    asked: list[str] = []
+
+    class Scoped:
+        @hookimpl
+        def xpushare_vendor(self) -> VendorSpec:
+            return VendorSpec(
+                name="acme", api_version=API_VERSION, resource_names=ResourceNames(count="a/gpu")
+            )
+
+        @hookimpl
+        def xpushare_fit_applies(self, devices: Any) -> bool:
+            return any(d.model == "LINKED" for d in devices)
+
+        @hookimpl
+        def xpushare_fit(self, request: ContainerRequest, node: Any) -> FitResult | None:
+            asked.append(node.name)
+            if request.memory_mib and request.memory_mib > 20_000:
+                return FitResult(fits=False, reasons={FitReason.NOT_ENOUGH_FIT: 1})
+            return None
+
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("acme", Scoped())
+    ledger = fleet()
+    for n in range(3):  # three nodes the vendor decides on
+        ledger.set_node(
+            f"linked{n}",
+            [
+                Device(vendor="acme", id=f"l{n}-{i}", index=i, model="LINKED", memory_mib=40_000)
+                for i in range(4)
+            ],
+        )
+    checker = FeasibilityChecker(Placer(ledger, "binpack", host=host))
+    names = [*ledger.nodes, "ghost"]
+    rng = random.Random(2)
+    for step in range(120):
+        request = PodRequest.build(
+            [ContainerRequest(vendor="acme", count=1, memory_mib=rng.randrange(1_000, 40_000))]
+        )
+        asked.clear()
+        got = checker.check(request, names)
+        assert set(asked) <= {"linked0", "linked1", "linked2"}
+        reference = Placer(ledger, "binpack", host=host).filter(request, names)
+        assert got.fits == reference.fits, step
+        assert got.failed == reference.failed, step
+        if got.fits:
+            name = rng.choice(got.fits)
+            state = ledger.nodes[name]
+            device = next(d for d in state.tables["acme"].devices if d.usable)
+            piece = DeviceSlice(
+                device_id=device.id, index=device.index, memory_mib=1_000, compute_percent=0
+            )
+            container = ContainerAssignment(container="c", vendor="acme", devices=(piece,))
+            ledger.add(f"s{step}", PodAssignment(node=name, containers=(container,)))

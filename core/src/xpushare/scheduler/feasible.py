@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.models import FitReason
 from xpushare.placement import UNKNOWN_NODE
-from xpushare.scheduling import fit_pod, host_reject
+from xpushare.scheduling import PodFit, fit_pod, host_reject
 from xpushare.scheduling.fit import HOST_REJECTS
 
 if TYPE_CHECKING:
     from xpushare.placement import Placer
-    from xpushare.scheduling import NodeState, PodRequest
+    from xpushare.plugins import VendorHandle
+    from xpushare.scheduling import NodeState, PodRequest, UsageLedger
+    from xpushare.scheduling.state import DeviceTable
 
 #: Shared answers kept at most; a fleet has few distinct (request shape, node state) pairs,
 #: and the cache is simply emptied when it grows past this (an entry is some 100 bytes, a
@@ -117,7 +119,24 @@ class FeasibilityChecker:
         return (False, fit.message(), fit.primary())
 
     def check(self, request: PodRequest, names: Iterable[str]) -> Feasibility:
-        if self._custom & request.vendors:
+        custom = self._custom & request.vendors
+        if (
+            custom
+            and len(request.vendors) == 1
+            and not (request.cpu_milli or request.memory_mib)
+            and _shareable(request)
+        ):
+            # A vendor with its own fit, which it may have said applies to some nodes only
+            # (``xpushare_fit_applies``): the others are answered by the core's shared fit.
+            self.placer.policy.observe(request)
+            out = Feasibility()
+            (vendor,) = request.vendors
+            handle = self.placer.host.vendors[vendor] if self.placer.host else None
+            self._check_by_table(
+                out, request, names, self._id(request.key), vendor, self._shared, handle
+            )
+            return out
+        if custom:
             # A vendor with its own fit: ask the placer, which calls it.
             result = self.placer.filter(request, names)
             out = Feasibility(fits=result.fits, failed=result.failed)
@@ -196,14 +215,18 @@ class FeasibilityChecker:
         rid: int,
         vendor: str,
         shared: dict[tuple[int, int], Verdict],
+        handle: VendorHandle | None = None,
     ) -> None:
         """:meth:`check`'s loop for the common request: one vendor, no CPU or host memory.
 
         The hot loop of /filter (500 candidates a call): the answer depends on the vendor's
         device table alone, and the table keeps its own state id (``DeviceTable.sig_id``,
         reset on every change), so a node costs two lookups and no signature bookkeeping.
+        With *handle* (a vendor with its own fit), nodes whose table that fit applies to are
+        asked through the placer, which calls it; the others are the core's, as above.
         """
         nodes = self.placer.ledger.nodes
+        ledger = self.placer.ledger
         fits, failed, reasons = out.fits, out.failed, out.reasons
         local: dict[int, Verdict] = {}
         for name in names:
@@ -215,6 +238,15 @@ class FeasibilityChecker:
             table = state.tables.get(vendor)
             if table is None:
                 sid = -1  # no device of the vendor: every such node has the same answer
+            elif handle is not None and self._vendor_decides(ledger, handle, name, table):
+                placed = self.placer.verdict(state, request)
+                if placed[0]:
+                    fits.append(name)
+                else:
+                    why = placed[1]
+                    failed[name] = why.message() if isinstance(why, PodFit) else str(why)
+                    reasons[name] = placed[2]
+                continue
             else:
                 known = table.sig_id
                 sid = known if known is not None else table.state_id()
@@ -232,3 +264,13 @@ class FeasibilityChecker:
             else:
                 failed[name] = verdict[1]
                 reasons[name] = verdict[2]
+
+    @staticmethod
+    def _vendor_decides(
+        ledger: UsageLedger, handle: VendorHandle, name: str, table: DeviceTable
+    ) -> bool:
+        """Whether the vendor's own fit applies to this table (asked once per table)."""
+        applies = table.vendor_fit
+        if applies is None:
+            applies = table.vendor_fit = handle.fit_applies(ledger.devices(name, table.vendor))
+        return applies
