@@ -136,3 +136,16 @@ class TestMthreadsConformance(_Fake, VendorConformance):
     def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
         self._table(tmp_path, monkeypatch)
         return {"library_path": str(self.lib)}
+
+
+class TestVastaiConformance(_Fake, VendorConformance):
+    vendor = "vastai"
+    source = TESTS / "vastai/fake_vaml/fake_vaml.c"
+    soname = "libvaml.so"
+    table_env = "FAKE_VAML_TABLE"
+    table = f"device dies=1 mem_total={16 * GIB}\ndevice dies=1 mem_total={16 * GIB}\n"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/vacc0", "dev/vacc1", "dev/va0_ctl", "dev/va1_ctl"])
+        return {"library_path": str(self.lib), "host_root": str(root)}
