@@ -149,3 +149,23 @@ class TestVastaiConformance(_Fake, VendorConformance):
         self._table(tmp_path, monkeypatch)
         root = _host(tmp_path, ["dev/vacc0", "dev/vacc1", "dev/va0_ctl", "dev/va1_ctl"])
         return {"library_path": str(self.lib), "host_root": str(root)}
+
+
+class TestBirenConformance(_Fake, VendorConformance):
+    vendor = "biren"
+    source = TESTS / "biren/fake_brml/fake_brml.c"
+    soname = "libbiren-ml.so"
+    table_env = "FAKE_BRML_TABLE"
+    table = (
+        f"device uuid=BR-a node_id=0 mem_total={32 * GIB} bus_id=0000:50:00.0\n"
+        f"device uuid=BR-b node_id=1 mem_total={32 * GIB} bus_id=0000:51:00.0\n"
+    )
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/biren/card_0", "dev/biren/card_1"])
+        return {
+            "library_path": str(self.lib),
+            "host_root": str(root),
+            "sysfs_root": str(tmp_path / "sys"),
+        }

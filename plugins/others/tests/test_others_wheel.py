@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 pytest_plugins = ["xpushare.testing.fixtures"]
 
 ROOT = Path(__file__).resolve().parents[3]
-VENDORS = ("hygon", "iluvatar", "metax", "mthreads", "vastai")
+VENDORS = ("biren", "hygon", "iluvatar", "metax", "mthreads", "vastai")
 
 
 @pytest.fixture(scope="module")
@@ -57,5 +57,6 @@ def test_detect_without_the_libraries_says_why_each_vendor_is_inactive(venv: Fre
         "/opt/maca/lib/libmxsml.so",
         "libmtml.so.2",
         "/usr/lib/libvaml.so",
+        "/usr/local/birensupa/driver/biren-smi/lib/libbiren-ml.so",
     ):
         assert path in text, path
