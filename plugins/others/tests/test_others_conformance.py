@@ -169,3 +169,25 @@ class TestBirenConformance(_Fake, VendorConformance):
             "host_root": str(root),
             "sysfs_root": str(tmp_path / "sys"),
         }
+
+
+class TestTheadConformance(_Fake, VendorConformance):
+    vendor = "thead"
+    source = TESTS / "thead/fake_hgml/fake_hgml.c"
+    soname = "libhgml.so"
+    table_env = "FAKE_HGML_TABLE"
+    table = (
+        f"device uuid=PPU-a mem_total={96 * GIB} bus_id=0000:60:00.0\n"
+        f"device uuid=PPU-b mem_total={96 * GIB} bus_id=0000:61:00.0\n"
+    )
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/alixpu", "dev/alixpu_ctl", "dev/alixpu_ppu0",
+                                "dev/alixpu_ppu1", "usr/local/vppu/hggc_quota.so",
+                                "usr/local/vppu/hgml_dlsym_hook.so"])  # fmt: skip
+        return {
+            "library_path": str(self.lib),
+            "host_root": str(root),
+            "sysfs_root": str(tmp_path / "sys"),
+        }

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 pytest_plugins = ["xpushare.testing.fixtures"]
 
 ROOT = Path(__file__).resolve().parents[3]
-VENDORS = ("biren", "hygon", "iluvatar", "metax", "mthreads", "vastai")
+VENDORS = ("biren", "hygon", "iluvatar", "metax", "mthreads", "thead", "vastai")
 
 
 @pytest.fixture(scope="module")
@@ -58,5 +58,6 @@ def test_detect_without_the_libraries_says_why_each_vendor_is_inactive(venv: Fre
         "libmtml.so.2",
         "/usr/lib/libvaml.so",
         "/usr/local/birensupa/driver/biren-smi/lib/libbiren-ml.so",
+        "/usr/local/PPU_SDK/lib64/libhgml.so",
     ):
         assert path in text, path
