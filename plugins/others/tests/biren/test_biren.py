@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from xpushare.codec import decode_hami_node_devices, decode_hami_pod_devices
 from xpushare.errors import VendorUnavailable
 from xpushare.models import (
     AllocateRequest,
@@ -236,3 +238,18 @@ def test_fit_under_mutex_takes_only_idle_gpus(biren: Any) -> None:
     result = handle.fit(request=request, node=_gpus(4), usage=used, device_order=["card_0"])
     assert result.fits and [s.device_id for s in result.devices] == ["card_1"]
     assert result.reasons == {FitReason.EXCLUSIVE_CONFLICT: 1}
+
+
+def test_hamis_biren_registration_and_allocation_name_the_same_devices(
+    table: Any, biren: Any
+) -> None:
+    """Migration: HAMi's Biren device plugin registers ``card_<node id>`` ids; the devices
+    detected here carry the same ids, so HAMi's allocated annotations count against them."""
+    raw = json.dumps(
+        [{"id": "card_0", "index": 0, "count": 1, "devmem": 32768, "type": "BR104",
+          "health": True}]
+    )  # fmt: skip
+    registered = decode_hami_node_devices(raw, "biren", key="hami.io/node-biren-register")
+    (allocated,) = decode_hami_pod_devices("card_0,Biren,0,0:;", "biren")
+    detected = started(biren).detect()
+    assert registered[0].id == detected[0].id == allocated[0].uuid == "card_0"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from xpushare.codec import decode_hami_node_devices
 from xpushare.errors import VendorUnavailable
 from xpushare.models import (
     AllocateRequest,
@@ -343,3 +345,20 @@ def test_card_mode_counts_slots_with_the_core_fit(vastai: Any) -> None:
     assert handle.score(request=_request(handle, 1), node=node, fit=result, usage={}) is None
     _, full = _fit(handle, cards, _request(handle, 1), **{"0": 1, "1": 1})
     assert not full.fits and full.reasons[FitReason.SLOTS_EXHAUSTED] == 2
+
+
+def test_a_node_registered_by_hamis_device_plugin_fits_in_die_mode(vastai: Any) -> None:
+    """Migration: HAMi's ``hami.io/node-va-register`` (with its die custominfo), as the core
+    decodes it, is fitted with the die rules (HAMi's own vector shape: ids like ``7-0``)."""
+    raw = json.dumps(
+        [
+            {"id": f"{c}-{d}", "index": i, "count": 1, "devmem": 32768, "type": "Vastai",
+             "health": True, "custominfo": {"AIC": str(c), "DeviceStrategy": "die"}}
+            for i, (c, d) in enumerate([(7, 0), (8, 0), (8, 1)])
+        ]
+    )  # fmt: skip
+    devices = decode_hami_node_devices(raw, "vastai", key="hami.io/node-va-register")
+    handle = vastai()
+    node, result = _fit(handle, devices, _request(handle, 2))
+    assert result.fits and [s.device_id for s in result.devices] == ["8-0", "8-1"]
+    assert handle.score(request=_request(handle, 2), node=node, fit=result, usage={}) == 1.0
