@@ -136,3 +136,58 @@ class TestMthreadsConformance(_Fake, VendorConformance):
     def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
         self._table(tmp_path, monkeypatch)
         return {"library_path": str(self.lib)}
+
+
+class TestVastaiConformance(_Fake, VendorConformance):
+    vendor = "vastai"
+    source = TESTS / "vastai/fake_vaml/fake_vaml.c"
+    soname = "libvaml.so"
+    table_env = "FAKE_VAML_TABLE"
+    table = f"device dies=1 mem_total={16 * GIB}\ndevice dies=1 mem_total={16 * GIB}\n"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/vacc0", "dev/vacc1", "dev/va0_ctl", "dev/va1_ctl"])
+        return {"library_path": str(self.lib), "host_root": str(root)}
+
+
+class TestBirenConformance(_Fake, VendorConformance):
+    vendor = "biren"
+    source = TESTS / "biren/fake_brml/fake_brml.c"
+    soname = "libbiren-ml.so"
+    table_env = "FAKE_BRML_TABLE"
+    table = (
+        f"device uuid=BR-a node_id=0 mem_total={32 * GIB} bus_id=0000:50:00.0\n"
+        f"device uuid=BR-b node_id=1 mem_total={32 * GIB} bus_id=0000:51:00.0\n"
+    )
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/biren/card_0", "dev/biren/card_1"])
+        return {
+            "library_path": str(self.lib),
+            "host_root": str(root),
+            "sysfs_root": str(tmp_path / "sys"),
+        }
+
+
+class TestTheadConformance(_Fake, VendorConformance):
+    vendor = "thead"
+    source = TESTS / "thead/fake_hgml/fake_hgml.c"
+    soname = "libhgml.so"
+    table_env = "FAKE_HGML_TABLE"
+    table = (
+        f"device uuid=PPU-a mem_total={96 * GIB} bus_id=0000:60:00.0\n"
+        f"device uuid=PPU-b mem_total={96 * GIB} bus_id=0000:61:00.0\n"
+    )
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/alixpu", "dev/alixpu_ctl", "dev/alixpu_ppu0",
+                                "dev/alixpu_ppu1", "usr/local/vppu/hggc_quota.so",
+                                "usr/local/vppu/hgml_dlsym_hook.so"])  # fmt: skip
+        return {
+            "library_path": str(self.lib),
+            "host_root": str(root),
+            "sysfs_root": str(tmp_path / "sys"),
+        }
