@@ -164,7 +164,8 @@ def test_a_vendor_fit_that_applies_to_some_nodes_is_asked_there_only() -> None:
     rng = random.Random(2)
     for step in range(120):
         request = PodRequest.build(
-            [ContainerRequest(vendor="acme", count=1, memory_mib=rng.randrange(1_000, 40_000))]
+            [ContainerRequest(vendor="acme", count=1, memory_mib=rng.randrange(1_000, 40_000))],
+            cpu_milli=rng.choice([0, 0, 1_000, 6_000]),
         )
         asked.clear()
         got = checker.check(request, names)

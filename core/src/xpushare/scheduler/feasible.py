@@ -120,12 +120,7 @@ class FeasibilityChecker:
 
     def check(self, request: PodRequest, names: Iterable[str]) -> Feasibility:
         custom = self._custom & request.vendors
-        if (
-            custom
-            and len(request.vendors) == 1
-            and not (request.cpu_milli or request.memory_mib)
-            and _shareable(request)
-        ):
+        if custom and len(request.vendors) == 1 and _shareable(request):
             # A vendor with its own fit, which it may have said applies to some nodes only
             # (``xpushare_fit_applies``): the others are answered by the core's shared fit.
             self.placer.policy.observe(request)
@@ -157,7 +152,7 @@ class FeasibilityChecker:
         vendors = tuple(sorted(request.vendors))
         shared = self._shared if _shareable(request) else None
         host = bool(request.cpu_milli or request.memory_mib)
-        if shared is not None and not host and len(vendors) == 1:
+        if shared is not None and len(vendors) == 1:
             self._check_by_table(out, request, names, rid, vendors[0], shared)
             return out
         fits, failed, reasons = out.fits, out.failed, out.reasons
@@ -217,16 +212,18 @@ class FeasibilityChecker:
         shared: dict[tuple[int, int], Verdict],
         handle: VendorHandle | None = None,
     ) -> None:
-        """:meth:`check`'s loop for the common request: one vendor, no CPU or host memory.
+        """:meth:`check`'s loop for the common request: one vendor, nothing per node.
 
-        The hot loop of /filter (500 candidates a call): the answer depends on the vendor's
-        device table alone, and the table keeps its own state id (``DeviceTable.sig_id``,
-        reset on every change), so a node costs two lookups and no signature bookkeeping.
+        The hot loop of /filter (500 candidates a call): past the host check (the pod's CPU
+        and memory, fit_pod's first), the answer depends on the vendor's device table alone,
+        and the table keeps its own state id (``DeviceTable.sig_id``, reset on every
+        change), so a node costs two lookups and no signature bookkeeping.
         With *handle* (a vendor with its own fit), nodes whose table that fit applies to are
         asked through the placer, which calls it; the others are the core's, as above.
         """
         nodes = self.placer.ledger.nodes
         ledger = self.placer.ledger
+        host = bool(request.cpu_milli or request.memory_mib)
         fits, failed, reasons = out.fits, out.failed, out.reasons
         local: dict[int, Verdict] = {}
         for name in names:
@@ -234,6 +231,9 @@ class FeasibilityChecker:
             if state is None:
                 failed[name] = UNKNOWN_NODE
                 reasons[name] = FitReason.NO_DEVICES
+                continue
+            if host and (reason := host_reject(state, request)) is not None:
+                failed[name], reasons[name] = _HOST_VERDICTS[reason][1:]
                 continue
             table = state.tables.get(vendor)
             if table is None:
