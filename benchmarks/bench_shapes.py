@@ -167,11 +167,17 @@ async def run_vendor(args: argparse.Namespace) -> None:
             "leader.enabled": False,
         },
     )
+    if args.memory_sites:
+        import tracemalloc
+
+        tracemalloc.start()
     kube = await Kube.connect(KubeSettings(server=api_url, request_timeout_s=300))
     scheduler = Scheduler(config, host=host, kube=kube)
     await scheduler.start()
     await scheduler.wait_synced(1800)
     gc.collect()
+    if args.memory_sites:
+        print_memory_sites(args.memory_sites)
     print(
         f"{vendor}: {args.nodes} nodes x {GPUS} GPUs, half used ({args.nodes * GPUS // 2} pods), "
         f"cluster and sync {time.perf_counter() - started:.0f} s; policy "
@@ -232,6 +238,26 @@ async def run_vendor(args: argparse.Namespace) -> None:
         await scheduler.stop()
         await kube.close()
         child.kill()
+
+
+def print_memory_sites(top: int) -> None:
+    """Where the memory held after the sync was allocated (tracemalloc), by file and by line.
+
+    Tracing costs time and memory of its own: the RSS figures of such a run are not the
+    benchmark's; the split is what it is for.
+    """
+    import tracemalloc
+
+    snapshot = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    total = sum(s.size for s in snapshot.statistics("filename"))
+    print(f"  traced after sync: {total / 2**20:.1f} MiB", flush=True)
+    for kind in ("filename", "lineno"):
+        for stat in snapshot.statistics(kind)[:top]:
+            frame = stat.traceback[0]
+            where = frame.filename.split("site-packages/")[-1].split("/src/")[-1]
+            suffix = f":{frame.lineno}" if kind == "lineno" else ""
+            print(f"    {stat.size / 2**20:7.1f} MiB  {stat.count:>9,}  {where}{suffix}")
 
 
 def _cap(module: str, name: str) -> int | None:
@@ -309,6 +335,13 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=500)
     parser.add_argument("--requests", type=int, default=100_000, help="distinct shapes")
     parser.add_argument("--warm", type=int, default=5_000, help="requests of the 5-shape phases")
+    parser.add_argument(
+        "--memory-sites",
+        type=int,
+        default=0,
+        metavar="N",
+        help="trace allocations (tracemalloc) and print the N largest sites after the sync",
+    )
     args = parser.parse_args()
     args.candidates = min(args.candidates, args.nodes)
     if args.vendor == "both":
@@ -320,8 +353,8 @@ def main() -> None:
         for vendor in ("mock", "nvidia"):
             # A fresh process per vendor: RSS of one run must not include the other's.
             command = [sys.executable, __file__, "--vendor", vendor]
-            for option in ("nodes", "candidates", "requests", "warm"):
-                command += [f"--{option}", str(getattr(args, option))]
+            for option in ("nodes", "candidates", "requests", "warm", "memory_sites"):
+                command += ["--" + option.replace("_", "-"), str(getattr(args, option))]
             subprocess.run(command, check=True)
         print(f"load average {os.getloadavg()[0]:.1f} at the end", flush=True)
         return

@@ -61,8 +61,7 @@ class Informer:
         while True:
             try:
                 if need_list:
-                    items, self.version = await self.kube.list(self.resource)
-                    self.handlers.replace(items)
+                    await self._relist()
                     self.relists += 1
                     self.synced.set()
                     need_list = False
@@ -90,6 +89,13 @@ class Informer:
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
+
+    async def _relist(self) -> None:
+        # Its own frame, so the list dies when the handlers have read it: a local of run()
+        # would keep every object of the last relist alive while the watch runs (67 MiB
+        # at 5,000 nodes and 20,000 pods, bench_shapes --memory-sites).
+        items, self.version = await self.kube.list(self.resource)
+        self.handlers.replace(items)
 
     def _dispatch(self, event: ob.Object) -> None:
         kind = event.get("type")
