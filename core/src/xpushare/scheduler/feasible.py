@@ -116,10 +116,14 @@ class FeasibilityChecker:
             return _FITS  # one object for every answer kept: most answers are this one
         return (False, fit.message(), fit.primary())
 
-    def check(self, request: PodRequest, names: Iterable[str]) -> Feasibility:
+    def check(
+        self, request: PodRequest, names: Iterable[str], *, observe: bool = True
+    ) -> Feasibility:
+        """Which of *names* fit; ``observe=False`` asks without teaching the policy the
+        request's shape (the web view's what-if: a look is not a pod to learn from)."""
         if self._custom & request.vendors:
             # A vendor with its own fit: ask the placer, which calls it.
-            result = self.placer.filter(request, names)
+            result = self.placer.filter(request, names, observe=observe)
             out = Feasibility(fits=result.fits, failed=result.failed)
             nodes = self.placer.ledger.nodes
             for name in result.failed:
@@ -128,7 +132,8 @@ class FeasibilityChecker:
                     self.placer.verdict(state, request)[2] if state else FitReason.NO_DEVICES
                 )
             return out
-        self.placer.policy.observe(request)
+        if observe:
+            self.placer.policy.observe(request)
         out = Feasibility()
         nodes = self.placer.ledger.nodes
         # Small integers stand for the request shape and for node states: hashing the nested

@@ -98,6 +98,8 @@ class Kube:
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
+        self._authn = client.AuthenticationV1Api(api_client)
+        self._authz = client.AuthorizationV1Api(api_client)
         self._timeout = request_timeout_s
 
     @classmethod
@@ -306,6 +308,52 @@ class Kube:
             namespace,
             body,
         )
+
+    async def list_pending_pods(self, limit: int = LIST_PAGE) -> builtins.list[Object]:
+        """Up to *limit* pods bound to no node yet (one page: the web view's search)."""
+        page = await self._json(
+            self._lister("pods"), "list pending pods", limit=limit, field_selector="spec.nodeName="
+        )
+        return list(page.get("items") or [])
+
+    async def list_pod_events(
+        self, namespace: str, name: str, limit: int = 100
+    ) -> builtins.list[Object]:
+        """Up to *limit* events about the pod *namespace*/*name*."""
+        page = await self._json(
+            self._core.list_namespaced_event_without_preload_content,
+            f"list events of pod {namespace}/{name}",
+            namespace,
+            field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
+            limit=limit,
+        )
+        return list(page.get("items") or [])
+
+    async def create_token_review(self, token: str) -> Object:
+        """Ask the API server who *token* belongs to (authentication.k8s.io/v1 TokenReview)."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+        result: Object = await self._json(
+            self._authn.create_token_review_without_preload_content, "create a TokenReview", body
+        )
+        return result
+
+    async def create_subject_access_review(self, spec: Object) -> Object:
+        """Ask the API server whether a user may do something (SubjectAccessReview)."""
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": spec,
+        }
+        result: Object = await self._json(
+            self._authz.create_subject_access_review_without_preload_content,
+            "create a SubjectAccessReview",
+            body,
+        )
+        return result
 
     async def create_event(self, namespace: str, body: Object) -> None:
         await self._json(
