@@ -21,6 +21,7 @@ from web_helpers import (
     web_url,
 )
 
+from xpushare.plugins.builtin import mock
 from xpushare.scheduler import load_config
 
 
@@ -323,43 +324,33 @@ async def _prometheus(handler):
 
 async def test_node_page_shows_live_usage_from_prometheus(api, scheduler_factory, http):
     add_nodes(api, 1)
+    device = mock.parse_spec("8x A100-80GB", "node-0")[0].id
     queries = []
 
     async def answer(request):
         query = request.query["query"]
         queries.append(query)
-        device = api.get("nodes", "node-0")  # any device id of the node will do
-        assert device is not None
+        labels = {"node": "node-0", "device": device}
         result = []
         if query.startswith("xpushare_device_utilization_ratio"):
-            result = [
-                {"metric": {"node": "node-0", "device": "mock-node-0-0"}, "value": [1, "0.5"]}
-            ]
+            result = [{"metric": labels, "value": [1, "0.5"]}]
         if query.startswith("xpushare_container_memory_used_bytes"):
-            result = [
-                {
-                    "metric": {
-                        "device": "mock-node-0-0",
-                        "namespace": "ns",
-                        "pod": "p",
-                        "container": "c",
-                    },
-                    "value": [1, "1048576"],
-                }
-            ]
+            who = {"namespace": "ns", "pod": "p", "container": "c"}
+            result = [{"metric": {**labels, **who}, "value": [1, "1048576"]}]
+        if query.startswith("xpushare_device_power_watts"):
+            result = [{"metric": labels, "value": [1, "not a number"]}, "garbage"]
         return web.json_response({"status": "success", "data": {"result": result}})
 
     runner, url = await _prometheus(answer)
     try:
         sched = await scheduler_factory(**WEB, **{"web.prometheus_url": url})
         await sched.settle(api)
-        ids = [d.id for d in sched.scheduler.ledger.devices("node-0")]
         _, node = await _get(http, f"{web_url(sched)}/api/v1/nodes/node-0")
         assert node["live_error"] is None
         assert queries[0] == 'xpushare_device_utilization_ratio{node="node-0"}'
-        devices = node["live"]["devices"]
-        assert devices.get("mock-node-0-0", {}).get("utilization") == 0.5 or ids
-        assert node["live"]["containers"][0]["memory_used_bytes"] == 1048576
+        assert node["live"]["devices"] == {device: {"utilization": 0.5}}
+        [container] = node["live"]["containers"]
+        assert (container["pod"], container["memory_used_bytes"]) == ("p", 1048576)
     finally:
         await runner.cleanup()
 
