@@ -121,7 +121,8 @@ class TokenChecker:
             return Verdict(
                 403,
                 f"user {name!r} may not {self.config.verb} {self.config.path}: bind the "
-                "ClusterRole <release>-xpushare-web-viewer the chart creates (or one granting that nonResourceURL)",
+                "ClusterRole <release>-xpushare-web-viewer the chart creates (or one "
+                "granting that nonResourceURL)",
                 name,
             )
         return Verdict(200, "", name)
