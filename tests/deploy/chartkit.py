@@ -105,6 +105,7 @@ EVERYTHING: dict[str, Any] = {
     },
     "nodeAgent": {"nodeScopedPolicy": {"enabled": True}},
     "metrics": {"serviceMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}},
+    "scheduler": {"web": {"enabled": True, "auth": {"mode": "token"}}},
 }
 
 #: Representative installations: name -> values.

@@ -35,7 +35,12 @@ def test_scheduler_configuration_loads_with_the_real_loader(scenario, tmp_path):
     assert config.webhook.denied_capabilities == ("SYS_ADMIN", "SYS_MODULE", "ALL")
     assert config.leader.name == f"{RELEASE}-xpushare-scheduler"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"https": config.server.port, "metrics": config.server.metrics_port}
+    expected = {"https": config.server.port, "metrics": config.server.metrics_port}
+    if config.web.enabled:
+        # The web view: its own port, on localhost (port-forward), never on the Service.
+        expected["web"] = config.web.port
+        assert config.web.host == "127.0.0.1"
+    assert ports == expected
     service = one(objects, "Service", f"{RELEASE}-xpushare-scheduler")
     assert {p["targetPort"] for p in service["spec"]["ports"]} == {"https", "metrics"}
     # The webhook path the API server calls is the one the scheduler serves.

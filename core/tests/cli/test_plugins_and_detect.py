@@ -58,7 +58,9 @@ def test_detect_without_mock_spec_says_why_mock_is_inactive(
     result = runner.invoke(main, ["detect"])
     assert result.exit_code == 0, result.output
     assert "no devices found" in result.output
-    assert "mock: inactive: no mock devices configured" in result.output
+    [line] = [x for x in result.output.splitlines() if x.startswith("mock ")]
+    assert line.split()[:2] == ["mock", "inactive"]
+    assert "no mock devices configured" in line
 
 
 def test_detect_json_with_mock_devices(runner: CliRunner, mock_only: None) -> None:
@@ -80,10 +82,70 @@ def test_detect_table_with_a_device_file(
     result = runner.invoke(main, ["detect"], env={"XPUSHARE_MOCK_DEVICES": str(spec)})
     assert result.exit_code == 0, result.output
     assert "H100" in result.output and "81559" in result.output
-    assert "mock: active, 2 device(s)" in result.output
+    [line] = [x for x in result.output.splitlines() if x.startswith("mock ")]
+    assert line.split() == ["mock", "active", "2", "device(s)"]
 
 
 def test_detect_with_a_bad_spec_reports_it(runner: CliRunner, mock_only: None) -> None:
     result = runner.invoke(main, ["detect"], env={"XPUSHARE_MOCK_DEVICES": "eight A100s"})
     assert result.exit_code == 0
-    assert "mock: inactive: cannot read mock device file eight A100s" in result.output
+    assert "mock    inactive cannot read mock device file eight A100s" in result.output
+    verbose = runner.invoke(main, ["detect", "--verbose"], env={"XPUSHARE_MOCK_DEVICES": "x"})
+    assert "mock: inactive: cannot read mock device file x" in verbose.output
+
+
+def test_detect_is_one_line_per_vendor_within_80_columns(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every vendor installed here is absent (no accelerator): one line each, same form."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(main, ["detect"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    host_vendors = json.loads(runner.invoke(main, ["detect", "--json"]).output)["vendors"]
+    rows = [line for line in lines if line.split()[:1] in ([v["vendor"]] for v in host_vendors)]
+    assert len(rows) == len(host_vendors)  # one line each, nothing more per vendor
+    assert len(lines) == len(host_vendors) + 3  # "no devices", the header, the hint
+    for row, vendor in zip(rows, host_vendors, strict=True):
+        assert row.split()[1] == vendor["state"]
+    verbose = runner.invoke(main, ["detect", "--verbose"]).output
+    for vendor in host_vendors:
+        if vendor["state"] != "active":
+            assert f"{vendor['vendor']}: {vendor['state']}: " in verbose
+
+
+def test_next_step_names_the_missing_library_and_what_to_do() -> None:
+    from xpushare.cli.detect_cmd import next_steps
+
+    loader = (
+        "vendor 'acme': native library not found; tried 2 path(s):\n  - /opt/acme/libacme.so.3\n"
+        "      cannot open shared object file: No such file or directory"
+    )
+    steps = next_steps("acme", loader)
+    assert steps[0] == "no libacme.so.3: install its driver or set vendors.acme.library_path"
+    assert steps[-1] == "no libacme.so.3"
+    own = next_steps("acme", "no device answered. Check that the acme kernel module is loaded.")
+    assert own[0] == "no device answered: check that the acme kernel module is loaded"
+
+
+def test_plugins_fits_80_columns_and_verbose_lists_hooks(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(main, ["plugins"])
+    lines = result.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    records = json.loads(runner.invoke(main, ["plugins", "--json"]).output)
+    mock = next(line for line in lines if line.startswith("mock "))
+    assert mock.split() == [
+        "mock",
+        "vendor",
+        "xpushare",
+        "0.1.0",
+        "loaded",
+        str(len(records[[r["name"] for r in records].index("mock")]["hooks"])),
+    ]
+    verbose = runner.invoke(main, ["plugins", "--verbose"]).output
+    assert all(len(line) <= 80 for line in verbose.splitlines())
+    assert "allocate" in verbose and "allocate" not in result.output

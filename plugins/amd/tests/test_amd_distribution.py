@@ -50,7 +50,7 @@ def test_the_wheel_brings_the_amd_vendor_and_nothing_else(venv: FreshEnv) -> Non
 
 
 def test_detect_without_rocm_says_why_the_vendor_is_inactive(venv: FreshEnv) -> None:
-    detect = venv.run("xpushare", "detect", env=_clean_env(XPUSHARE_PLUGINS="amd"))
+    detect = venv.run("xpushare", "detect", "--verbose", env=_clean_env(XPUSHARE_PLUGINS="amd"))
     assert detect.returncode == 0, detect.stderr
     assert (
         "amd: inactive: libamd_smi.so (ROCm's AMD SMI library) could not be loaded" in detect.stdout

@@ -1,10 +1,16 @@
 """``xpushare detect``: run every loaded vendor's detection on this machine and show it.
 
-This is what an operator runs on a node that shows no devices: a vendor that is inactive says
-why (library not found, with every path tried), one that failed says what failed.
+This is what an operator runs on a node that shows no devices. By default each vendor is one
+line, in the same form for every vendor: its state, its devices, and the one thing to do
+(most machines lack most vendors, so seven absent vendors must not print sixty lines);
+``--verbose`` adds each vendor's whole message (every path tried, the loader's errors).
 """
 
+from __future__ import annotations
+
 import json
+import re
+import shutil
 from typing import Any
 
 import click
@@ -15,6 +21,18 @@ from xpushare.errors import PluginError, VendorUnavailable
 from xpushare.models import Device
 from xpushare.native import NativeError
 from xpushare.plugins import PluginHost
+
+#: A vendor library's file name in a message (libnvidia-ml.so.1, libamd_smi.so, ...).
+_LIBRARY = re.compile(r"\blib[\w+.-]*?\.so(?:\.\d+)*\b")
+#: How vendors' messages say a library is absent.
+_MISSING = re.compile(
+    r"not found|could not be loaded|cannot open shared object|no such file", re.IGNORECASE
+)
+#: Sentences that tell the operator what to do begin with one of these verbs.
+_ACTION = re.compile(
+    r"(?:^|(?<=[.;:]\s))((?:Install|Set|Mount|Point|Load|Check|Run|Add|Give|Enable|Start|Use|"
+    r"Upgrade|Update)\b[^.;]*)",
+)
 
 
 def _probe(host: PluginHost) -> tuple[list[Device], list[dict[str, Any]]]:
@@ -34,13 +52,58 @@ def _probe(host: PluginHost) -> tuple[list[Device], list[dict[str, Any]]]:
     return devices, vendors
 
 
+def next_steps(vendor: str, reason: str) -> list[str]:
+    """A vendor's message as short clauses (what is wrong: the one thing to do), best first:
+    the vendor's own advice, then a shorter one, then the cause alone."""
+    flat = " ".join(reason.split())
+    library = _LIBRARY.search(flat)
+    if library and _MISSING.search(flat):
+        # Every vendor's loader says it its own way; the advice is the same for all.
+        cause = f"no {library.group(0)}"
+        actions = [
+            f"install its driver or set vendors.{vendor}.library_path",
+            "install the driver or set library_path",
+        ]
+    else:
+        cause = re.split(r"(?<=[.;])\s|: (?=/)", flat, maxsplit=1)[0].rstrip(".;")
+        found = _ACTION.search(flat)
+        actions = [found.group(1).strip()] if found else []
+    out = [f"{cause}: {a[0].lower()}{a[1:]}" for a in actions if a.lower() not in cause.lower()]
+    out.append(cause)
+    return out
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+def _lines(vendors: list[dict[str, Any]], width: int) -> list[str]:
+    name_w = max([len("vendor"), *(len(v["vendor"]) for v in vendors)])
+    out = [f"{'vendor':<{name_w}}  {'state':<8} next step"]
+    for v in vendors:
+        prefix = f"{v['vendor']:<{name_w}}  {v['state']:<8} "
+        if v["state"] == "active":
+            out.append(f"{prefix}{v['devices']} device(s)")
+            continue
+        steps = next_steps(v["vendor"], v["reason"])
+        fitting = [s for s in steps if len(prefix) + len(s) <= width]
+        out.append(
+            _fit(prefix + (fitting[0] if fitting else steps[-2 if len(steps) > 1 else -1]), width)
+        )
+    return out
+
+
 @click.command("detect")
 @click.option("--json", "as_json", is_flag=True, help="Devices and vendor states as JSON.")
-def command(as_json: bool) -> None:
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Each vendor's whole message (every path tried)."
+)
+def command(as_json: bool, verbose: bool) -> None:
     """Detect devices with every loaded vendor plugin.
 
-    Each device is shown as the inventory the node agent would publish. A vendor without its
-    library or hardware here is listed as inactive with the reason. The mock vendor shows
+    Each device is shown as the inventory the node agent would publish; each vendor as one
+    line: active with its devices, or inactive (library or hardware absent) or error, with
+    the one thing to do. --verbose shows the vendors' whole messages. The mock vendor shows
     devices only when XPUSHARE_MOCK_DEVICES is set (e.g. '8x A100-80GB').
     """
     host = PluginHost.from_environment()
@@ -55,7 +118,8 @@ def command(as_json: bool) -> None:
         }
         click.echo(json.dumps(payload, indent=2))
         return
-    console = Console(soft_wrap=False)
+    width = shutil.get_terminal_size((100, 24)).columns
+    console = Console(soft_wrap=False, width=width)
     if devices:
         table = Table("vendor", "index", "id", "model", "memory MiB", "NUMA", "health", "slots")
         for d in devices:
@@ -71,9 +135,12 @@ def command(as_json: bool) -> None:
             )
         console.print(table)
     else:
-        console.print("no devices found")
-    for v in vendors:
-        if v["state"] == "active":
-            console.print(f"{v['vendor']}: active, {v['devices']} device(s)")
-        else:
-            console.print(f"{v['vendor']}: {v['state']}: {v['reason']}", markup=False)
+        click.echo("no devices found")
+    for line in _lines(vendors, width):
+        click.echo(line)
+    absent = [v for v in vendors if v["state"] != "active"]
+    if verbose:
+        for v in absent:
+            click.echo(f"\n{v['vendor']}: {v['state']}: {v['reason']}")
+    elif absent:
+        click.echo("(xpushare detect --verbose: each vendor's whole message, every path tried)")

@@ -46,6 +46,7 @@ from xpushare.models import (
     PodRef,
     PodView,
 )
+from xpushare.models.fit import node_fit_json
 
 _NODE_WIDE = frozenset(
     {
@@ -214,26 +215,6 @@ def _request(doc: dict[str, Any], placer: Placer) -> tuple[PodRequest, str]:
     return PodRequest.build(requests), "request"
 
 
-def _explain_json(fit: NodeFit, who: str, policy: str) -> dict[str, Any]:
-    return {
-        "pod": who,
-        "node": fit.node,
-        "policy": policy,
-        "fits": fit.fits,
-        "reason": fit.reason,
-        "score": fit.score + 0.0,
-        "containers": [
-            {
-                "fits": r.fits,
-                "devices": [s.model_dump(exclude_none=True) for s in r.devices],
-                "reasons": {reason.value: n for reason, n in r.reasons.items()},
-                "message": r.message,
-            }
-            for r in fit.containers
-        ],
-    }
-
-
 @click.command("fit")
 @click.argument("document", type=click.File("r"), default="-")
 @click.option("--policy", help="Placement policy (default: the document's, else the default).")
@@ -273,7 +254,7 @@ def command(document: Any, policy: str | None, as_json: bool) -> None:
         raise InputError(str(exc)) from None
     fit = placer.explain(request, node)
     if as_json:
-        click.echo(json.dumps(_explain_json(fit, who, placement.policy), indent=2))
+        click.echo(json.dumps(node_fit_json(fit, who, placement.policy), indent=2))
     else:
         _print(fit, who, request.describe(), placement.policy, ledger, node)
     sys.exit(0 if fit.fits else 1)

@@ -51,6 +51,14 @@ def _pairs(values: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--kubeconfig", type=click.Path(path_type=Path), help="Kubeconfig file.")
 @click.option("--server", "api_server", help="API server URL used without credentials.")
 @click.option("--leader-elect/--no-leader-elect", default=None, help="Lease leader election.")
+@click.option(
+    "--web/--no-web",
+    "web",
+    default=None,
+    help="Serve the read-only web view of the fleet (web.enabled; docs/web-view.md).",
+)
+@click.option("--web-port", type=int, help="Port of the web view (web.port, default 9396).")
+@click.option("--web-host", help="Address the web view listens on (web.host, default 127.0.0.1).")
 @click.option("--print-config", is_flag=True, help="Print the effective configuration and exit.")
 def command(
     config_file: Path | None,
@@ -63,6 +71,9 @@ def command(
     kubeconfig: Path | None,
     api_server: str | None,
     leader_elect: bool | None,
+    web: bool | None,
+    web_port: int | None,
+    web_host: str | None,
     print_config: bool,
 ) -> None:
     """Run the scheduler extender and the admission webhook."""
@@ -78,6 +89,9 @@ def command(
         ("kube.kubeconfig", kubeconfig),
         ("kube.server", api_server),
         ("leader.enabled", leader_elect),
+        ("web.enabled", web),
+        ("web.port", web_port),
+        ("web.host", web_host),
     ):
         if value is not None:
             overrides[key] = value

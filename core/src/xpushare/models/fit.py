@@ -1,6 +1,7 @@
 """The answer to "does this request fit on this node", with the reasons when it does not."""
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -59,3 +60,24 @@ class NodeFit(Model):
     containers: tuple[FitResult, ...] = ()
     score: float = 0.0
     reason: str = ""
+
+
+def node_fit_json(fit: NodeFit, pod: str, policy: str) -> dict[str, Any]:
+    """The explanation ``xpushare fit --json`` prints, and the web view shows, for one node."""
+    return {
+        "pod": pod,
+        "node": fit.node,
+        "policy": policy,
+        "fits": fit.fits,
+        "reason": fit.reason,
+        "score": fit.score + 0.0,
+        "containers": [
+            {
+                "fits": r.fits,
+                "devices": [s.model_dump(exclude_none=True) for s in r.devices],
+                "reasons": {reason.value: n for reason, n in r.reasons.items()},
+                "message": r.message,
+            }
+            for r in fit.containers
+        ],
+    }

@@ -427,9 +427,13 @@ class Placer:
 
     # -- extender calls --------------------------------------------------------------------------
 
-    def filter(self, request: PodRequest, nodes: Iterable[str] | None = None) -> FilterResult:
-        """Which of *nodes* (all the ledger's when ``None``) the pod fits, and why not."""
-        self.policy.observe(request)
+    def filter(
+        self, request: PodRequest, nodes: Iterable[str] | None = None, *, observe: bool = True
+    ) -> FilterResult:
+        """Which of *nodes* (all the ledger's when ``None``) the pod fits, and why not
+        (``observe=False``: without teaching the policy the request's shape)."""
+        if observe:
+            self.policy.observe(request)
         names, verdicts = self._verdicts(request, nodes)
         out = FilterResult(fits=[n for n, v in zip(names, verdicts, strict=True) if v[0]])
         if len(out.fits) < len(names):

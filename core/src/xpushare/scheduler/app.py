@@ -43,6 +43,7 @@ from xpushare.scheduler.informer import Handlers, Informer
 from xpushare.scheduler.kube import Kube
 from xpushare.scheduler.leader import LeaderElector
 from xpushare.scheduler.metrics import SchedulerMetrics, ledger_rows
+from xpushare.scheduler.web import WebView
 from xpushare.scheduler.webhook import BadReview, Webhook
 from xpushare.scheduling import UsageLedger
 
@@ -202,6 +203,18 @@ class Scheduler:
                 on_error=self._watch_error,
             ),
         ]
+        self.web: WebView | None = None
+        if config.web.enabled:
+            self.web = WebView(
+                config=config.web,
+                cluster=self.cluster,
+                placer=self.placer,
+                feasibility=self.extender.feasibility,
+                kube=kube,
+                is_leader=self.is_leader,
+                vet=self.webhook.isolation_problem,
+                scheduler_name=config.scheduler_name,
+            )
         self.tls: CertificateReloader | None = None
         #: Freeze the garbage collector's view of the heap after the first full sync.
         self.freeze_gc = freeze_gc
@@ -425,7 +438,7 @@ class Scheduler:
             self.tls = CertificateReloader(tls.cert_file, tls.key_file)
             self._tasks.append(asyncio.create_task(self._tls_loop(), name="tls-reload"))
         await self.start_background()
-        listeners = 2 if server.metrics_port else 1
+        listeners = (2 if server.metrics_port else 1) + (1 if self.web is not None else 0)
         ensure_descriptors(listeners * server.max_connections + FD_RESERVE)
         self.ports["main"] = await self._listen(
             "main",
@@ -437,6 +450,12 @@ class Scheduler:
         if server.metrics_port:
             self.ports["metrics"] = await self._listen(
                 "metrics", self.web_app(probes_only=True), server.host, server.metrics_port, None
+            )
+        if self.web is not None:
+            # Its own port, plain HTTP, localhost by default (docs/web-view.md).
+            web_config = self.config.web
+            self.ports["web"] = await self._listen(
+                "web", self.web.app(), web_config.host, web_config.port, None
             )
 
     async def _listen(

@@ -85,6 +85,9 @@ class PodRecord:
     node: str
     started: bool
     raw: tuple[str, ...] = ()
+    #: When the pod got its devices (its PodScheduled time, else when this replica first
+    #: counted it), Unix seconds: the web view's "since".
+    since: float = 0.0
 
 
 class ClusterState:
@@ -349,7 +352,13 @@ class ClusterState:
         if entry is None or entry.reserved or entry.assignment != assignment:
             self.ledger.add(key, assignment)
         if record is None:
-            record = PodRecord(key, ob.pod_ref(obj), assignment.node, ob.started(obj))
+            record = PodRecord(
+                key,
+                ob.pod_ref(obj),
+                assignment.node,
+                ob.started(obj),
+                since=ob.bound_since(obj) or self._clock(),
+            )
             self.pods[key] = record
             self._by_name[(record.ref.namespace, record.ref.name)] = key
         record.node = assignment.node

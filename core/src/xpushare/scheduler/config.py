@@ -171,6 +171,40 @@ class LeaderConfig(_Section):
         return self
 
 
+class WebAuthConfig(_Section):
+    #: "none": anyone who reaches the port may look (it is bound to localhost by default and
+    #: reached with ``kubectl port-forward``, which Kubernetes RBAC already guards);
+    #: "token": every API call carries ``Authorization: Bearer <token>``, checked with a
+    #: TokenReview, and the user must be allowed ``verb`` on ``path`` (a SubjectAccessReview
+    #: for a non-resource URL: grant it with a ClusterRole's ``nonResourceURLs``).
+    mode: Literal["none", "token"] = "none"
+    path: str = "/xpushare/web"
+    verb: str = "get"
+    #: How long a review's answer is reused for the same token: the page polls every second
+    #: and each call must not cost the API server two reviews.
+    cache_ttl_s: float = Field(default=30.0, ge=0, le=600)
+    #: Distinct tokens whose answers are kept (the cache is bounded: a flood of bogus tokens
+    #: only costs reviews, never memory).
+    cache_size: int = Field(default=1024, ge=1, le=100_000)
+
+
+class WebConfig(_Section):
+    """The read-only web view of the fleet (docs/web-view.md): off unless enabled."""
+
+    enabled: bool = False
+    #: Localhost by default: reached with ``kubectl port-forward``, never exposed by accident.
+    host: str = "127.0.0.1"
+    port: int = Field(default=9396, ge=0, le=65535)
+    #: Prometheus that scrapes the node agents (``http://prometheus:9090``): the node page
+    #: then shows live usage. Unset: allocation only.
+    prometheus_url: str | None = None
+    prometheus_timeout_s: float = Field(default=2.0, gt=0, le=30)
+    #: Nodes shown per vendor/reason group on the pod and what-if pages (each one is a full
+    #: ``xpushare fit`` explanation, about 50 us).
+    explain_nodes: int = Field(default=3, ge=1, le=50)
+    auth: WebAuthConfig = WebAuthConfig()
+
+
 class SchedulerConfig(_Section):
     #: The schedulerName the webhook sets and the events carry.
     scheduler_name: str = "xpushare-scheduler"
@@ -184,6 +218,7 @@ class SchedulerConfig(_Section):
     bind: BindConfig = BindConfig()
     webhook: WebhookConfig = WebhookConfig()
     leader: LeaderConfig = LeaderConfig()
+    web: WebConfig = WebConfig()
     #: Per-vendor plugin configuration (``vendors.<name>``), handed to the plugin host.
     vendors: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

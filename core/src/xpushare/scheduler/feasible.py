@@ -118,12 +118,17 @@ class FeasibilityChecker:
             return _FITS  # one object for every answer kept: most answers are this one
         return (False, fit.message(), fit.primary())
 
-    def check(self, request: PodRequest, names: Iterable[str]) -> Feasibility:
+    def check(
+        self, request: PodRequest, names: Iterable[str], *, observe: bool = True
+    ) -> Feasibility:
+        """Which of *names* fit; ``observe=False`` asks without teaching the policy the
+        request's shape (the web view's what-if: a look is not a pod to learn from)."""
         custom = self._custom & request.vendors
         if custom and len(request.vendors) == 1 and _shareable(request):
             # A vendor with its own fit, which it may have said applies to some nodes only
             # (``xpushare_fit_applies``): the others are answered by the core's shared fit.
-            self.placer.policy.observe(request)
+            if observe:
+                self.placer.policy.observe(request)
             out = Feasibility()
             (vendor,) = request.vendors
             handle = self.placer.host.vendors[vendor] if self.placer.host else None
@@ -133,7 +138,7 @@ class FeasibilityChecker:
             return out
         if custom:
             # A vendor with its own fit: ask the placer, which calls it.
-            result = self.placer.filter(request, names)
+            result = self.placer.filter(request, names, observe=observe)
             out = Feasibility(fits=result.fits, failed=result.failed)
             nodes = self.placer.ledger.nodes
             for name in result.failed:
@@ -142,7 +147,8 @@ class FeasibilityChecker:
                     self.placer.verdict(state, request)[2] if state else FitReason.NO_DEVICES
                 )
             return out
-        self.placer.policy.observe(request)
+        if observe:
+            self.placer.policy.observe(request)
         out = Feasibility()
         nodes = self.placer.ledger.nodes
         # Small integers stand for the request shape and for node states: hashing the nested

@@ -338,6 +338,56 @@ class Kube:
             body=body,
         )
 
+    async def list_pending_pods(self, limit: int = LIST_PAGE) -> builtins.list[Object]:
+        """Up to *limit* pods bound to no node yet (one page: the web view's search)."""
+        page = await self._json(
+            self._lister("pods"), "list pending pods", limit=limit, field_selector="spec.nodeName="
+        )
+        return list(page.get("items") or [])
+
+    async def list_pod_events(
+        self, namespace: str, name: str, limit: int = 100
+    ) -> builtins.list[Object]:
+        """Up to *limit* events about the pod *namespace*/*name*."""
+        page = await self._json(
+            self._core.list_namespaced_event_without_preload_content,
+            f"list events of pod {namespace}/{name}",
+            namespace,
+            field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
+            limit=limit,
+        )
+        return list(page.get("items") or [])
+
+    async def create_token_review(self, token: str) -> Object:
+        """Ask the API server who *token* belongs to (authentication.k8s.io/v1 TokenReview)."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+        result: Object = await self._call(
+            "POST",
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            "create a TokenReview",
+            body=body,
+        )
+        return result
+
+    async def create_subject_access_review(self, spec: Object) -> Object:
+        """Ask the API server whether a user may do something (SubjectAccessReview)."""
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": spec,
+        }
+        result: Object = await self._call(
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            "create a SubjectAccessReview",
+            body=body,
+        )
+        return result
+
     async def create_event(self, namespace: str, body: Object) -> None:
         await self._call(
             "POST",

@@ -10,6 +10,7 @@ a ``ValueError`` that says which field is wrong.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from xpushare.models import ContainerView, PodRef, PodView
@@ -115,6 +116,31 @@ def started(obj: Any) -> bool:
             if isinstance(state, dict) and ("running" in state or "terminated" in state):
                 return True
     return False
+
+
+def bound_since(obj: Any) -> float | None:
+    """When the pod was scheduled (its PodScheduled condition) or started, Unix seconds."""
+    st = status(obj)
+    stamps = [st.get("startTime")]
+    conditions = st.get("conditions")
+    if isinstance(conditions, list):
+        stamps.extend(
+            c.get("lastTransitionTime")
+            for c in conditions[:32]
+            if isinstance(c, dict) and c.get("type") == "PodScheduled"
+        )
+    found = [s for s in map(_timestamp, stamps) if s is not None]
+    return min(found) if found else None
+
+
+def _timestamp(value: Any) -> float | None:
+    # RFC 3339 as the API server writes it (``2024-05-01T12:00:00Z``); anything else: None.
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _resources(container: Object, which: str, where: str) -> dict[str, str]:

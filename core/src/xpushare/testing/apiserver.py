@@ -9,6 +9,7 @@ implements them for the endpoints xpushare uses, and nothing else:
 
 * core ``v1`` nodes, pods (with the ``binding`` and ``status`` subresources), events and
   namespaces; ``coordination.k8s.io/v1`` leases; any other plural is stored generically;
+  TokenReviews and SubjectAccessReviews are answered by :attr:`FakeApiServer.reviewers`;
 * list (with ``labelSelector`` ``k=v`` and ``fieldSelector`` ``a.b=v`` / ``a.b!=v``), get,
   create (``generateName`` too), replace, delete;
 * patch as JSON merge patch (RFC 7386; a strategic merge patch is treated the same way, which
@@ -249,6 +250,10 @@ class FakeApiServer:
         self._oldest_rv = 0
         self._watchers: list[_Watcher] = []
         self._injections: list[_Injection] = []
+        #: Answers for create-only review resources (``tokenreviews``,
+        #: ``subjectaccessreviews``): plural -> a function from the request body to the
+        #: answered object, as the real server's authenticator and authorizer fill ``status``.
+        self.reviewers: dict[str, Callable[[Object], Object]] = {}
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self.port = 0
@@ -489,6 +494,10 @@ class FakeApiServer:
         name = match.group("name")
         sub = match.group("sub")
         method = request.method
+        if name is None and method == "POST" and plural in self.reviewers:
+            if not isinstance(body, dict):
+                raise ApiStatusError(400, "BadRequest", "the body must be a JSON object")
+            return web.json_response(self.reviewers[plural](body), status=201)
         if name is None:
             if method == "GET":
                 if request.query.get("watch") in ("true", "1"):

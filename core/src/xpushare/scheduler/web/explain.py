@@ -1,0 +1,184 @@
+"""Where a pod would go and why not elsewhere: /filter's answer, asked without side effects.
+
+Why not call :meth:`Extender.filter`: it records an event on the pod, counts metrics and
+teaches the placement policy the pod's shape, and a look from the web view must do none of
+that. So the same decision is taken here from the same parts, in the same order as the
+extender takes it (a malformed request, a pod that wants no device, a replica not ready, the
+webhook's isolation rules, then feasibility with the extender's own checker and its
+``FailedAndUnresolvableNodes`` test), without teaching the policy (``observe=False``); the
+tests hold the two answers equal. Each group of refused nodes carries, for its first nodes,
+the explanation ``xpushare fit`` prints for that node (:func:`node_fit_json`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from xpushare.models import FitReason
+from xpushare.models.fit import node_fit_json
+from xpushare.placement import FilterResult
+from xpushare.scheduler import objects as ob
+from xpushare.scheduler.extender import (
+    MAX_EXTENDER_SCORE,
+    NOT_LEADER,
+    NOT_SYNCED,
+    UNRESOLVABLE,
+    never_fits,
+)
+
+if TYPE_CHECKING:
+    from xpushare.placement import Placer
+    from xpushare.scheduler.cluster import ClusterState
+    from xpushare.scheduler.feasible import FeasibilityChecker
+    from xpushare.scheduling import PodRequest
+
+#: Node names listed per group of refused nodes (the count says how many there are).
+GROUP_NODES = 20
+#: Fitting nodes listed, best first.
+RANKED_NODES = 10
+
+
+class BadPod(ValueError):
+    """The pod given is not a Pod object; the message says why."""
+
+
+class Explainer:
+    """/filter's answer and its explanation for one pod over every node the ledger has."""
+
+    def __init__(
+        self,
+        *,
+        placer: Placer,
+        feasibility: FeasibilityChecker,
+        cluster: ClusterState,
+        is_leader: Callable[[], bool],
+        vet: Callable[[ob.Object], str | None],
+        explain_nodes: int = 3,
+    ) -> None:
+        self.placer = placer
+        self.feasibility = feasibility
+        self.cluster = cluster
+        self.is_leader = is_leader
+        self.vet = vet
+        self.explain_nodes = explain_nodes
+
+    def _policy(self) -> str:
+        return str(getattr(self.placer.policy, "name", type(self.placer.policy).__name__))
+
+    def filter(
+        self, pod: Any, names: list[str] | None = None
+    ) -> tuple[dict[str, Any], PodRequest | None, dict[str, FitReason | None]]:
+        """The extender's /filter answer (NodeNames form) for *pod* over *names* (default:
+        every node of the ledger), the parsed request and each refused node's main reason."""
+        if not isinstance(pod, dict):
+            raise BadPod(f"the pod must be a JSON object, not {ob.json_kind(pod)}")
+        try:
+            view = ob.pod_view(pod)
+        except ValueError as exc:
+            raise BadPod(f"the Pod is malformed: {exc}") from None
+        if names is None:
+            names = list(self.placer.ledger.nodes)
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        reasons: dict[str, FitReason | None] = {}
+
+        def answer(fits: list[str], error: str = "") -> dict[str, Any]:
+            return {
+                "Nodes": None,
+                "NodeNames": fits,
+                "FailedNodes": failed,
+                "FailedAndUnresolvableNodes": unresolvable,
+                "Error": error,
+            }
+
+        try:
+            request = self.placer.request(view)
+        except ValueError as exc:
+            unresolvable.update(dict.fromkeys(names, f"the pod's device request is invalid: {exc}"))
+            return answer([]), None, reasons
+        if not request.wants_devices:
+            return answer(names), request, reasons
+        if not self.is_leader():
+            return answer([], NOT_LEADER), request, reasons
+        if not self.cluster.synced:
+            return answer([], NOT_SYNCED), request, reasons
+        refused = self.vet(pod)
+        if refused:
+            unresolvable.update(dict.fromkeys(names, refused))
+            return answer([]), request, reasons
+        result = self.feasibility.check(request, names, observe=False)
+        ledger = self.placer.ledger
+        for name, message in result.failed.items():
+            state = ledger.node(name)
+            reason = result.reasons.get(name)
+            reasons[name] = reason
+            hopeless = (
+                state is None
+                or reason in UNRESOLVABLE
+                or never_fits(state, request, self.feasibility.key_of(request))
+            )
+            (unresolvable if hopeless else failed)[name] = message
+        return answer(result.fits), request, reasons
+
+    def explain(self, pod: Any, names: list[str] | None = None) -> dict[str, Any]:
+        """The filter answer, summarised: groups of refused nodes with the ``xpushare fit``
+        explanation of their first nodes, and the fitting nodes ranked as /prioritize does."""
+        answer, request, reasons = self.filter(pod, names)
+        who = f"{ob.namespace(pod) or 'default'}/{ob.name(pod) or 'pod'}"
+        fits: list[str] = answer["NodeNames"]
+        refused = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+        summary = FilterResult(fits=fits, failed=refused).explain()
+        asks = request.describe() if request is not None else ""
+        if not fits and refused and request is not None and request.wants_devices:
+            summary = f"no node has the devices this pod asks for ({asks}): {summary}"
+        by_message: dict[str, list[str]] = {}
+        for name, message in refused.items():
+            by_message.setdefault(message, []).append(name)
+        policy = self._policy()
+        groups = []
+        for message, nodes in sorted(by_message.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            nodes.sort()
+            first = reasons.get(nodes[0])
+            explanations = []
+            if request is not None and request.wants_devices and not answer["Error"]:
+                explanations = [
+                    node_fit_json(self.placer.explain(request, n), who, policy)
+                    for n in nodes[: self.explain_nodes]
+                    if self.placer.ledger.node(n) is not None
+                ]
+            groups.append(
+                {
+                    "message": message,
+                    "count": len(nodes),
+                    "reason": first.value if isinstance(first, FitReason) else None,
+                    "unresolvable": nodes[0] in answer["FailedAndUnresolvableNodes"],
+                    "nodes": nodes[:GROUP_NODES],
+                    "explanations": explanations,
+                }
+            )
+        ranking: list[dict[str, Any]] = []
+        best = None
+        if fits and request is not None and request.wants_devices:
+            scores = self.placer.prioritize(request, fits)
+            ordered = sorted(fits, key=lambda n: (-scores.get(n, 0.0), n))
+            ranking = [
+                {
+                    "node": n,
+                    "score": round(scores.get(n, 0.0) * MAX_EXTENDER_SCORE / 100),
+                    "policy_score": round(scores.get(n, 0.0), 3),
+                }
+                for n in ordered[:RANKED_NODES]
+            ]
+            best = node_fit_json(self.placer.explain(request, ordered[0]), who, policy)
+        return {
+            "pod": who,
+            "asks": asks,
+            "policy": policy,
+            "nodes_considered": len(fits) + len(refused),
+            "summary": answer["Error"] or summary,
+            "filter": answer,
+            "groups": groups,
+            "ranking": ranking,
+            "best": best,
+        }

@@ -1,0 +1,411 @@
+// The xpushare web view: a page per route (#/fleet, #/node/NAME, #/pod/NS/NAME, #/search,
+// #/whatif), all of its state in the URL's fragment so a link shows what its sender saw.
+// It reads the scheduler's JSON API only (docs/web-view.md) and polls it: the fleet every
+// second with If-None-Match (an unchanged fleet costs a 304), the other pages every 2 s.
+"use strict";
+
+const FLEET_POLL_MS = 1000;
+const DETAIL_POLL_MS = 2000;
+const main = document.getElementById("main");
+let timer = null;
+let generation = 0;
+let fleetTag = null;
+let fleetData = null;
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+  })[c]);
+}
+
+function token() { return sessionStorage.getItem("xpushare-token") || ""; }
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers || {});
+  if (token()) headers.Authorization = "Bearer " + token();
+  const response = await fetch(path, Object.assign({}, options, { headers }));
+  if (response.status === 401 || response.status === 403) {
+    const body = await response.json().catch(() => ({}));
+    document.getElementById("token-box").hidden = false;
+    document.getElementById("token-error").textContent = body.error || "";
+    throw new Error(body.error || "not allowed");
+  }
+  return response;
+}
+
+async function getJSON(path) {
+  const response = await api(path);
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || ("HTTP " + response.status));
+  return body;
+}
+
+function route() {
+  const hash = location.hash.replace(/^#\/?/, "") || "fleet";
+  const [path, query] = hash.split("?");
+  const parts = path.split("/").map(decodeURIComponent);
+  return { page: parts[0], args: parts.slice(1), params: new URLSearchParams(query || "") };
+}
+
+function setHash(page, params) {
+  const query = params.toString();
+  const next = "#/" + page + (query ? "?" + query : "");
+  if (location.hash !== next) location.hash = next;
+}
+
+function setStatus(text, bad) {
+  const el = document.getElementById("status");
+  el.textContent = text;
+  el.className = bad ? "bad" : "";
+}
+
+function schedule(fn, ms, mine) {
+  clearTimeout(timer);
+  timer = setTimeout(() => { if (mine === generation) fn(); }, ms);
+}
+
+function pct(used, cap) { return cap > 0 ? Math.min(1, used / cap) : 0; }
+function gib(mib) { return (mib / 1024).toFixed(1); }
+function when(seconds) {
+  if (!seconds) return "";
+  return new Date(seconds * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+// ---- fleet ------------------------------------------------------------------------------
+
+function fleetQuery(params) {
+  const q = new URLSearchParams();
+  for (const key of ["vendor", "model", "node"]) if (params.get(key)) q.set(key, params.get(key));
+  for (const label of params.getAll("label")) if (label) q.append("label", label);
+  return q;
+}
+
+function summaryTable(summary) {
+  const rows = summary.map((s) => `<tr data-testid="summary-row" data-vendor="${esc(s.vendor)}" data-model="${esc(s.model)}">
+    <td>${esc(s.vendor)}</td><td>${esc(s.model)}</td>
+    <td class="n" data-k="nodes">${s.nodes}</td><td class="n" data-k="devices">${s.devices}</td>
+    <td class="n" data-k="healthy">${s.healthy}</td>
+    <td class="n" data-k="memory_used_mib">${s.memory_used_mib}</td><td class="n" data-k="memory_cap_mib">${s.memory_cap_mib}</td>
+    <td class="n" data-k="compute_used_percent">${s.compute_used_percent}</td><td class="n" data-k="compute_cap_percent">${s.compute_cap_percent}</td>
+    <td class="n" data-k="free_gpus">${s.free_gpus.toFixed(3)}</td>
+    <td class="n" data-k="fragmentation_gpus">${s.fragmentation_gpus.toFixed(3)}</td></tr>`).join("");
+  return `<table data-testid="summary"><thead><tr><th>vendor</th><th>model</th><th class="n">nodes</th>
+    <th class="n">devices</th><th class="n">healthy</th><th class="n">memory used MiB</th><th class="n">of MiB</th>
+    <th class="n">compute used %</th><th class="n">of %</th><th class="n">free GPUs</th>
+    <th class="n">fragmented GPUs</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+function renderFleet(data, params) {
+  const color = params.get("color") === "compute" ? "compute" : "memory";
+  const col = {};
+  data.device_columns.forEach((name, i) => { col[name] = i; });
+  const usedI = color === "memory" ? col.memory_used_mib : col.compute_used_percent;
+  const capI = color === "memory" ? col.memory_cap_mib : col.compute_cap_percent;
+  const healthyI = col.healthy;
+  const out = [];
+  for (let n = 0; n < data.nodes.length; n++) {
+    const node = data.nodes[n];
+    let cells = "";
+    let frag = 0;
+    for (let g = 0; g < node.groups.length; g++) {
+      const rows = node.groups[g][3];
+      frag += node.groups[g][2];
+      if (g) cells += '<i class="sep"></i>';
+      for (let d = 0; d < rows.length; d++) {
+        const r = rows[d];
+        const bucket = Math.round(pct(r[usedI], r[capI]) * 10);
+        cells += `<i class="h${bucket}${r[healthyI] ? "" : " sick"}" data-g="${g}" data-d="${d}"></i>`;
+      }
+    }
+    const name = esc(node.name);
+    out.push(`<div class="row" data-n="${n}" data-testid="node-row"><a href="#/node/${encodeURIComponent(node.name)}">${name}</a><span class="fr">${data.fragmentation_measured ? frag.toFixed(2) : ""}</span><span class="cells">${cells}</span></div>`);
+  }
+  const vendors = data.vendors.map((v) => `<option ${v === params.get("vendor") ? "selected" : ""}>${esc(v)}</option>`).join("");
+  const models = data.models.filter((m) => !params.get("vendor") || m.vendor === params.get("vendor"))
+    .map((m) => `<option ${m.model === params.get("model") ? "selected" : ""}>${esc(m.model)}</option>`).join("");
+  main.innerHTML = `<h1>Fleet <span class="muted" data-testid="shown">${data.shown_nodes} of ${data.total_nodes} nodes</span></h1>
+    <form class="filters" id="fleet-filters">
+      <label>vendor<select name="vendor"><option value="">all</option>${vendors}</select></label>
+      <label>model<select name="model"><option value="">all</option>${models}</select></label>
+      <label>node label (KEY or KEY=VALUE)<input name="label" value="${esc(params.getAll("label").join(","))}"></label>
+      <label>node name<input name="node" value="${esc(params.get("node") || "")}"></label>
+      <label>colour by<select name="color"><option ${color === "memory" ? "selected" : ""}>memory</option><option ${color === "compute" ? "selected" : ""}>compute</option></select></label>
+      <button type="submit">Apply</button>
+    </form>
+    ${summaryTable(data.summary)}
+    <p class="muted">policy ${esc(data.policy)}; ${data.fragmentation_measured ? "fragmentation: free capacity the workload's tasks could not use (FGD), in GPUs" : "fragmentation is measured by the FGD policies only"}</p>
+    <div class="legend">allocated ${color}: 0% ${Array.from({ length: 11 }, (_, i) => `<i class="sw h${i}"></i>`).join("")} 100% <i class="sw sick gap"></i> unhealthy</div>
+    <div class="heat" id="heat" data-testid="heat">${out.join("")}</div><div id="tip" hidden></div>`;
+  const form = document.getElementById("fleet-filters");
+  const apply = (event) => {
+    if (event) event.preventDefault();
+    const next = new URLSearchParams();
+    for (const key of ["vendor", "model", "node", "color"]) {
+      const value = form.elements[key].value.trim();
+      if (value && !(key === "color" && value === "memory")) next.set(key, value);
+    }
+    for (const label of form.elements.label.value.split(",")) if (label.trim()) next.append("label", label.trim());
+    setHash("fleet", next);
+  };
+  form.addEventListener("submit", apply);
+  for (const key of ["vendor", "model", "color"]) form.elements[key].addEventListener("change", () => apply());
+  const heat = document.getElementById("heat");
+  const tip = document.getElementById("tip");
+  heat.addEventListener("mousemove", (event) => {
+    const cell = event.target.closest("i[data-d]");
+    if (!cell) { tip.hidden = true; return; }
+    const node = data.nodes[Number(cell.closest(".row").dataset.n)];
+    const group = node.groups[Number(cell.dataset.g)];
+    const r = group[3][Number(cell.dataset.d)];
+    tip.textContent = `${node.name} ${group[0]} #${r[col.index]} ${group[1]}${r[col.healthy] ? "" : " (unhealthy)"}\n` +
+      `memory ${r[col.memory_used_mib]} / ${r[col.memory_cap_mib]} MiB\ncompute ${r[col.compute_used_percent]} / ${r[col.compute_cap_percent]} %\n` +
+      `slots ${r[col.slots_used]} / ${r[col.slots]}${r[col.exclusive] ? ", exclusive" : ""}\nfree ${(r[col.free_units] / 1000).toFixed(3)} GPU`;
+    tip.style.left = (event.clientX + 12) + "px";
+    tip.style.top = (event.clientY + 12) + "px";
+    tip.hidden = false;
+  });
+  heat.addEventListener("mouseleave", () => { tip.hidden = true; });
+}
+
+async function showFleet(params, mine) {
+  const path = "/api/v1/fleet?" + fleetQuery(params).toString();
+  try {
+    const headers = fleetTag && fleetData && fleetData.path === path ? { "If-None-Match": fleetTag } : {};
+    const response = await api(path, { headers });
+    if (mine !== generation) return;
+    if (response.status === 200) {
+      const data = await response.json();
+      fleetTag = response.headers.get("ETag");
+      fleetData = { path, data };
+      renderFleet(data, params);
+      main.dataset.rendered = String(Date.now());
+      setStatus(statusText(data.status));
+    } else if (response.status !== 304) {
+      const body = await response.json().catch(() => ({}));
+      main.innerHTML = `<p class="error">${esc(body.error || response.status)}</p>`;
+    } else if (!main.querySelector("#heat")) {
+      renderFleet(fleetData.data, params);
+    }
+  } catch (error) {
+    setStatus("not reachable: " + error.message, true);
+  }
+  schedule(() => showFleet(params, mine), FLEET_POLL_MS, mine);
+}
+
+function statusText(status) {
+  if (!status) return "";
+  const state = !status.synced ? "reading the cluster" : (status.leader ? "leader" : "standby replica");
+  return `${state} · updated ${new Date().toLocaleTimeString()}`;
+}
+
+// ---- node -------------------------------------------------------------------------------
+
+function renderNode(d) {
+  const live = d.live ? d.live.devices : {};
+  const devices = d.devices.map((x) => {
+    const l = live[x.id] || {};
+    return `<tr data-testid="device-row" data-id="${esc(x.id)}"><td>${esc(x.vendor)}</td><td class="n">${x.index}</td><td>${esc(x.id)}</td><td>${esc(x.model)}</td>
+      <td class="${x.healthy ? "yes" : "no"}">${x.healthy ? "healthy" : "unhealthy"}</td>
+      <td class="n" data-k="memory_used_mib">${x.memory_used_mib}</td><td class="n" data-k="memory_cap_mib">${x.memory_cap_mib}</td>
+      <td class="n" data-k="compute_used_percent">${x.compute_used_percent}</td><td class="n">${x.compute_cap_percent}</td>
+      <td class="n" data-k="slots_used">${x.slots_used} / ${x.slots}</td><td class="n">${(x.free_units / 1000).toFixed(3)}</td>
+      <td class="n" data-k="live_util">${l.utilization === undefined ? "" : (l.utilization * 100).toFixed(0) + "%"}</td>
+      <td class="n" data-k="live_mem">${l.memory_used_bytes === undefined ? "" : (l.memory_used_bytes / 1048576).toFixed(0)}</td></tr>`;
+  }).join("");
+  const shares = d.shares.map((s) => `<tr data-testid="share-row"><td>${esc(s.device_id)}</td>
+      <td>${s.pod ? `<a href="#/pod/${encodeURIComponent(s.namespace)}/${encodeURIComponent(s.pod)}">${esc(s.namespace)}/${esc(s.pod)}</a>` : esc(s.key)}</td>
+      <td>${esc(s.container)}${s.init ? " (init)" : ""}</td><td class="n" data-k="memory_mib">${s.memory_mib}</td>
+      <td class="n" data-k="compute_percent">${s.compute_percent}${s.exclusive ? " (exclusive)" : ""}</td>
+      <td>${esc(when(s.since))}</td><td>${s.reserved ? "binding" : (s.started ? "running" : "bound")}</td></tr>`).join("");
+  const frag = d.fragmentation_gpus ? Object.entries(d.fragmentation_gpus).map(([v, f]) => `${esc(v)} ${f.toFixed(3)}`).join(", ") : "not measured";
+  const labels = Object.entries(d.labels).map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join(" ");
+  main.innerHTML = `<h1>Node <span data-testid="node-name">${esc(d.name)}</span></h1>
+    <p>fragmented GPUs: <span data-testid="node-frag">${frag}</span>${d.handoff ? ` · handing devices to ${esc(d.handoff.pod)}` : ""}</p>
+    <p class="muted">CPU ${d.cpu_milli.used} / ${d.cpu_milli.allocatable ?? "?"} m · memory ${d.memory_mib.used} / ${d.memory_mib.allocatable ?? "?"} MiB</p>
+    <h2>Devices</h2><table data-testid="devices"><thead><tr><th>vendor</th><th class="n">index</th><th>id</th><th>model</th><th>health</th>
+      <th class="n">memory used MiB</th><th class="n">of MiB</th><th class="n">compute used %</th><th class="n">of %</th><th class="n">slots</th><th class="n">free GPU</th>
+      <th class="n">live util</th><th class="n">live MiB</th></tr></thead><tbody>${devices}</tbody></table>
+    <p class="muted" data-testid="live-note">${d.live_error ? "live usage: " + esc(d.live_error) : "live usage from Prometheus"}</p>
+    <h2>Shares</h2><table data-testid="shares"><thead><tr><th>device</th><th>pod</th><th>container</th><th class="n">memory MiB</th>
+      <th class="n">compute %</th><th>since</th><th>state</th></tr></thead><tbody>${shares}</tbody></table>
+    <h2>Labels</h2><p>${labels}</p>`;
+}
+
+async function showNode(name, mine) {
+  try {
+    const d = await getJSON("/api/v1/nodes/" + encodeURIComponent(name));
+    if (mine !== generation) return;
+    renderNode(d);
+    setStatus("updated " + new Date().toLocaleTimeString());
+  } catch (error) {
+    if (mine === generation) main.innerHTML = `<p class="error" data-testid="error">${esc(error.message)}</p>`;
+  }
+  schedule(() => showNode(name, mine), DETAIL_POLL_MS, mine);
+}
+
+// ---- explanations (Pending pods, what-if) -----------------------------------------------
+
+function renderFit(e) {
+  const containers = e.containers.map((c, i) => {
+    const reasons = Object.entries(c.reasons).map(([r, n]) => `<tr data-testid="reason"><td>${esc(r)}</td><td class="n">${n}</td></tr>`).join("");
+    const devices = c.devices.map((s) => `${esc(s.device_id)} (${s.memory_mib} MiB, ${s.exclusive ? "exclusive" : s.compute_percent + "% compute"})`).join(", ");
+    return `<div data-testid="container" data-i="${i}">container ${i + 1}: <span class="${c.fits ? "yes" : "no"}">${c.fits ? "fits" : "does not fit"}</span>
+      ${devices ? " → " + devices : ""}${c.message ? ` <span data-testid="container-message">${esc(c.message)}</span>` : ""}
+      ${reasons ? `<table><thead><tr><th>devices turned down, by reason</th><th class="n">count</th></tr></thead><tbody>${reasons}</tbody></table>` : ""}</div>`;
+  }).join("");
+  return `<div class="fit" data-testid="fit" data-node="${esc(e.node)}"><b>${esc(e.node)}</b>:
+    <span data-testid="verdict" class="${e.fits ? "yes" : "no"}">${e.fits ? "FITS" : "DOES NOT FIT"}</span>
+    ${e.reason ? ` · why: <span data-testid="why">${esc(e.reason)}</span>` : ""}${containers}</div>`;
+}
+
+function renderExplanation(x) {
+  const groups = x.groups.map((g) => `<tr data-testid="group"><td class="n" data-k="count">${g.count}</td><td data-k="message">${esc(g.message)}</td>
+      <td>${g.unresolvable ? "needs other nodes" : "full now"}</td>
+      <td>${g.nodes.map((n) => `<a href="#/node/${encodeURIComponent(n)}">${esc(n)}</a>`).join(" ")}${g.count > g.nodes.length ? " …" : ""}</td></tr>`).join("");
+  const fits = x.groups.flatMap((g) => g.explanations).map(renderFit).join("");
+  const ranking = x.ranking.map((r) => `<tr data-testid="ranked"><td><a href="#/node/${encodeURIComponent(r.node)}">${esc(r.node)}</a></td><td class="n">${r.score}</td><td class="n">${r.policy_score}</td></tr>`).join("");
+  return `<p data-testid="summary-line">${esc(x.summary)}</p>
+    ${x.asks ? `<p class="muted">asks: ${esc(x.asks)} · policy ${esc(x.policy)} · ${x.nodes_considered} nodes considered</p>` : ""}
+    ${x.best ? `<h2>Would go to <span data-testid="best-node">${esc(x.best.node)}</span></h2>${renderFit(x.best)}` : ""}
+    ${ranking ? `<h2>Nodes that fit, best first</h2><table data-testid="ranking"><thead><tr><th>node</th><th class="n">extender score</th><th class="n">policy score</th></tr></thead><tbody>${ranking}</tbody></table>` : ""}
+    ${groups ? `<h2>Nodes that do not fit</h2><table data-testid="groups"><thead><tr><th class="n">nodes</th><th>why</th><th></th><th>which</th></tr></thead><tbody>${groups}</tbody></table>` : ""}
+    ${fits ? `<h2>As <code>xpushare fit</code> explains it</h2>${fits}` : ""}
+    <details><summary>/filter's answer</summary><pre data-testid="filter-json">${esc(JSON.stringify(x.filter, null, 1))}</pre></details>`;
+}
+
+// ---- pod --------------------------------------------------------------------------------
+
+function renderEvents(events, error) {
+  if (error) return `<p class="error">${esc(error)}</p>`;
+  if (!events.length) return `<p class="muted">no events</p>`;
+  return `<table data-testid="events"><thead><tr><th>time</th><th>type</th><th>reason</th><th>message</th></tr></thead><tbody>${events.map((e) => `<tr data-testid="event"><td>${esc(e.time)}</td><td>${esc(e.type)}</td><td data-k="reason">${esc(e.reason)}</td><td data-k="message">${esc(e.message)}</td></tr>`).join("")}</tbody></table>`;
+}
+
+function renderPod(p) {
+  let body = "";
+  if (p.assignment) {
+    const a = p.assignment;
+    const rows = a.containers.flatMap((c) => c.devices.map((s) => `<tr data-testid="assigned"><td>${esc(c.container)}${c.init ? " (init)" : ""}</td><td>${esc(c.vendor)}</td>
+      <td>${esc(s.device_id)}</td><td class="n">${s.index ?? ""}</td><td>${esc(s.model ?? "")}</td><td class="n" data-k="memory_mib">${s.memory_mib}</td>
+      <td class="n" data-k="compute_percent">${s.compute_percent}${s.exclusive ? " (exclusive)" : ""}</td></tr>`)).join("");
+    body = `<p>on node <a data-testid="pod-node" href="#/node/${encodeURIComponent(a.node)}">${esc(a.node)}</a> since ${esc(when(a.since))}</p>
+      <table data-testid="assignment"><thead><tr><th>container</th><th>vendor</th><th>device</th><th class="n">index</th><th>model</th><th class="n">memory MiB</th><th class="n">compute %</th></tr></thead><tbody>${rows}</tbody></table>`;
+  } else if (p.explanation) {
+    body = renderExplanation(p.explanation);
+  } else if (p.state === "other") {
+    body = `<p>${p.node ? "bound to node " + esc(p.node) + " without xpushare devices" : "phase " + esc(p.phase)}</p>`;
+  } else if (p.explanation_error) {
+    body = `<p class="error">${esc(p.explanation_error)}</p>`;
+  }
+  main.innerHTML = `<h1>Pod ${esc(p.namespace)}/${esc(p.name)} <span data-testid="pod-state" class="muted">${esc(p.state)}</span></h1>${body}
+    <h2>Events</h2>${renderEvents(p.events, p.events_error)}`;
+}
+
+async function showPod(namespace, name, mine) {
+  try {
+    const p = await getJSON(`/api/v1/pods/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`);
+    if (mine !== generation) return;
+    renderPod(p);
+    setStatus("updated " + new Date().toLocaleTimeString());
+  } catch (error) {
+    if (mine === generation) main.innerHTML = `<p class="error" data-testid="error">${esc(error.message)}</p>`;
+  }
+  schedule(() => showPod(namespace, name, mine), DETAIL_POLL_MS, mine);
+}
+
+// ---- search -----------------------------------------------------------------------------
+
+async function showSearch(params, mine) {
+  const q = params.get("q") || "";
+  main.innerHTML = `<h1>Search</h1><form id="search-form" class="filters"><label>namespace, pod or node
+    <input id="search-q" name="q" value="${esc(q)}"></label><button type="submit">Search</button></form><div id="results"></div>`;
+  document.getElementById("search-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    setHash("search", new URLSearchParams({ q: document.getElementById("search-q").value }));
+  });
+  if (!q) return;
+  try {
+    const r = await getJSON("/api/v1/search?" + new URLSearchParams({ q }).toString());
+    if (mine !== generation) return;
+    const pods = (list) => list.map((p) => `<li data-testid="pod-hit"><a href="#/pod/${encodeURIComponent(p.namespace)}/${encodeURIComponent(p.pod)}">${esc(p.namespace)}/${esc(p.pod)}</a>${p.node ? " on " + esc(p.node) : ""}</li>`).join("");
+    document.getElementById("results").innerHTML = `
+      <h2>Nodes (${r.nodes_total})</h2><ul>${r.nodes.map((n) => `<li data-testid="node-hit"><a href="#/node/${encodeURIComponent(n)}">${esc(n)}</a></li>`).join("")}</ul>
+      <h2>Pods with devices (${r.pods_total})</h2><ul>${pods(r.pods)}</ul>
+      <h2>Pending pods (${r.pending_total})</h2><ul>${pods(r.pending)}</ul>
+      ${r.pending_error ? `<p class="error">${esc(r.pending_error)}</p>` : ""}`;
+  } catch (error) {
+    document.getElementById("results").innerHTML = `<p class="error">${esc(error.message)}</p>`;
+  }
+}
+
+// ---- what-if ----------------------------------------------------------------------------
+
+function encodeSpec(text) {
+  const bytes = new TextEncoder().encode(text);
+  let bin = "";
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+function decodeSpec(value) {
+  try {
+    const bin = atob(value.replace(/-/g, "+").replace(/_/g, "/"));
+    return new TextDecoder().decode(Uint8Array.from(bin, (c) => c.charCodeAt(0)));
+  } catch (error) {
+    return "";
+  }
+}
+
+async function showWhatIf(params, mine) {
+  const spec = params.get("spec") ? decodeSpec(params.get("spec")) : "";
+  main.innerHTML = `<h1>What if</h1><p class="muted">Paste a Pod (YAML or JSON): where it would go and why, as /filter would answer now. Nothing is created.</p>
+    <form id="whatif-form"><textarea id="whatif-spec" data-testid="whatif-spec" spellcheck="false">${esc(spec)}</textarea><br>
+    <button type="submit" data-testid="whatif-go">Where would it go?</button></form><div id="whatif-result" data-testid="whatif-result"></div>`;
+  document.getElementById("whatif-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = document.getElementById("whatif-spec").value;
+    const next = new URLSearchParams({ spec: encodeSpec(text) });
+    if (location.hash === "#/whatif?" + next.toString()) route_();
+    else setHash("whatif", next);
+  });
+  if (!spec) return;
+  const out = document.getElementById("whatif-result");
+  try {
+    const response = await api("/api/v1/whatif", { method: "POST", body: spec, headers: { "Content-Type": "application/yaml" } });
+    const x = await response.json();
+    if (mine !== generation) return;
+    out.innerHTML = response.ok ? renderExplanation(x) : `<p class="error" data-testid="error">${esc(x.error)}</p>`;
+    out.dataset.done = "1";
+  } catch (error) {
+    out.innerHTML = `<p class="error">${esc(error.message)}</p>`;
+  }
+}
+
+// ---- router -----------------------------------------------------------------------------
+
+function route_() {
+  generation += 1;
+  const mine = generation;
+  clearTimeout(timer);
+  const { page, args, params } = route();
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("on", a.dataset.nav === page);
+  delete main.dataset.rendered;
+  if (page === "node" && args[0]) showNode(args[0], mine);
+  else if (page === "pod" && args.length >= 2) showPod(args[0], args[1], mine);
+  else if (page === "search") showSearch(params, mine);
+  else if (page === "whatif") showWhatIf(params, mine);
+  else showFleet(params, mine);
+}
+
+document.getElementById("quick-search").addEventListener("submit", (event) => {
+  event.preventDefault();
+  setHash("search", new URLSearchParams({ q: document.getElementById("quick-q").value }));
+});
+document.getElementById("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem("xpushare-token", document.getElementById("token").value.trim());
+  document.getElementById("token-box").hidden = true;
+  route_();
+});
+window.addEventListener("hashchange", route_);
+route_();
