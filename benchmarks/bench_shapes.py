@@ -176,8 +176,7 @@ async def run_vendor(args: argparse.Namespace) -> None:
     await scheduler.start()
     await scheduler.wait_synced(1800)
     gc.collect()
-    if args.memory_sites:
-        print_memory_sites(args.memory_sites)
+    after_sync = print_memory_sites(args.memory_sites) if args.memory_sites else None
     print(
         f"{vendor}: {args.nodes} nodes x {GPUS} GPUs, half used ({args.nodes * GPUS // 2} pods), "
         f"cluster and sync {time.perf_counter() - started:.0f} s; policy "
@@ -234,22 +233,23 @@ async def run_vendor(args: argparse.Namespace) -> None:
             await phase("distinct shapes", args.requests, distinct=True, every=args.requests // 10)
             await phase(f"{SHAPES} shapes again", args.warm, distinct=False)
         print_caps(scheduler)
+        if after_sync is not None:
+            print_memory_growth(after_sync, args.memory_sites)
     finally:
         await scheduler.stop()
         await kube.close()
         child.kill()
 
 
-def print_memory_sites(top: int) -> None:
+def print_memory_sites(top: int) -> Any:
     """Where the memory held after the sync was allocated (tracemalloc), by file and by line.
 
     Tracing costs time and memory of its own: the RSS figures of such a run are not the
-    benchmark's; the split is what it is for.
+    benchmark's; the split is what it is for. Returns the snapshot, to compare at the end.
     """
     import tracemalloc
 
     snapshot = tracemalloc.take_snapshot()
-    tracemalloc.stop()
     total = sum(s.size for s in snapshot.statistics("filename"))
     print(f"  traced after sync: {total / 2**20:.1f} MiB", flush=True)
     for kind in ("filename", "lineno"):
@@ -258,6 +258,24 @@ def print_memory_sites(top: int) -> None:
             where = frame.filename.split("site-packages/")[-1].split("/src/")[-1]
             suffix = f":{frame.lineno}" if kind == "lineno" else ""
             print(f"    {stat.size / 2**20:7.1f} MiB  {stat.count:>9,}  {where}{suffix}")
+    return snapshot
+
+
+def print_memory_growth(before: Any, top: int) -> None:
+    """What the requests left allocated since the sync, by line: traced memory that grows
+    is held by Python objects; RSS that grows while this does not is the allocator's."""
+    import tracemalloc
+
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    diff = after.compare_to(before, "lineno")
+    grown = sum(d.size_diff for d in diff)
+    print(f"  traced since the sync: {grown / 2**20:+.1f} MiB (RSS {rss_mib():.1f} MiB)")
+    for d in diff[:top]:
+        frame = d.traceback[0]
+        where = frame.filename.split("site-packages/")[-1].split("/src/")[-1]
+        print(f"    {d.size_diff / 2**20:+7.1f} MiB  {d.count_diff:>+9,}  {where}:{frame.lineno}")
 
 
 def _cap(module: str, name: str) -> int | None:

@@ -37,6 +37,7 @@ from xpushare.codec import (
 )
 from xpushare.errors import CodecError
 from xpushare.models import Device, PodAssignment, PodRef
+from xpushare.models._compact import compact
 from xpushare.scheduler import objects as ob
 from xpushare.scheduling import UsageLedger
 
@@ -354,7 +355,7 @@ class ClusterState:
         if record is None:
             record = PodRecord(
                 key,
-                ob.pod_ref(obj),
+                compact(ob.pod_ref(obj)),
                 assignment.node,
                 ob.started(obj),
                 since=ob.bound_since(obj) or self._clock(),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xpushare.models import Device, DeviceUsage, NodeView, PodAssignment
+from xpushare.models._compact import compact
 from xpushare.scheduling.state import MAX_MEMO_ENTRIES, DeviceState, DeviceTable, NodeState
 
 if TYPE_CHECKING:
@@ -221,7 +222,8 @@ class UsageLedger:
         state.cpu_alloc = cpu_milli
         state.memory_alloc = memory_mib
         state.labels = dict(labels or {})
-        self._inventory[name] = {v: tuple(ds) for v, ds in by_vendor.items()}
+        # Kept for the node's life: compacted (models/_compact.py, ~600 bytes a device).
+        self._inventory[name] = {v: tuple(map(compact, ds)) for v, ds in by_vendor.items()}
         state.tables = {
             vendor: DeviceTable(
                 vendor,
@@ -275,6 +277,7 @@ class UsageLedger:
         """
         if assignment is not None:
             node = assignment.node
+            compact(assignment)  # kept for the pod's life
         if node is None:
             raise ValueError(f"pod {key}: an entry without an assignment needs a node name")
         if key in self._entries:

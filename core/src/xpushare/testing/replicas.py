@@ -155,9 +155,13 @@ def start_replica(
 
 
 async def wait_leader(
-    replicas: Iterable[Replica], session: aiohttp.ClientSession, timeout_s: float = 20.0
+    replicas: Iterable[Replica], session: aiohttp.ClientSession, timeout_s: float = 60.0
 ) -> Replica:
-    """The replica that is ready (synced and leading), waiting for one up to *timeout_s*."""
+    """The replica that is ready (synced and leading), waiting for one up to *timeout_s*.
+
+    A bound on waiting, not a figure under test: a replica's start (imports, the first
+    list) took over 20 s on a 2-core machine shared with other test runs.
+    """
     candidates = list(replicas)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
