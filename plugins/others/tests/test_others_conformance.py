@@ -98,6 +98,28 @@ class TestIluvatarConformance(_Fake, VendorConformance):
         return {"library_path": str(self.lib), "host_root": str(root)}
 
 
+class TestKunlunConformance(_Fake, VendorConformance):
+    vendor = "kunlun"
+    source = TESTS / "kunlun/fake_xpuml/fake_xpuml.c"
+    soname = "libxpuml.so"
+    table_env = "FAKE_XPUML_TABLE"
+    table = (
+        f"device name=P800 serial=SN0 minor=0 bus_id=00000000:40:00.0 mem_total={96 * GIB}\n"
+        f"device name=P800 serial=SN1 minor=1 bus_id=00000000:41:00.0 mem_total={96 * GIB}\n"
+    )
+    mode = "xpu"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/xpuctrl", "dev/xpu0", "dev/xpu1"])
+        return {"library_path": str(self.lib), "host_root": str(root), "mode": self.mode}
+
+
+class TestKunlunVxpuConformance(TestKunlunConformance):
+    vendor = "kunlun-vxpu"
+    mode = "vxpu"
+
+
 class TestMetaxConformance(_Fake, VendorConformance):
     vendor = "metax"
     source = TESTS / "metax/fake_mxsml/fake_mxsml.c"

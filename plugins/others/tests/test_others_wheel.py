@@ -2,7 +2,7 @@
 
 The core and this distribution are built into wheels and installed into a fresh virtual
 environment (from uv's cache where possible), as ``pip install "xpushare[others]"`` would: all
-four vendors are found through their entry points, and on a machine without their libraries
+its vendors are found through their entry points, and on a machine without their libraries
 ``xpushare detect`` says, per vendor, that it is inactive and which paths it tried.
 """
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 pytest_plugins = ["xpushare.testing.fixtures"]
 
 ROOT = Path(__file__).resolve().parents[3]
-VENDORS = ("hygon", "iluvatar", "metax", "mthreads")
+VENDORS = ("hygon", "iluvatar", "kunlun", "kunlun-vxpu", "metax", "mthreads")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def venv(wheel_cache: WheelCache, tmp_path_factory: pytest.TempPathFactory) -> F
     return install_in_fresh_venv(root, ROOT / "core", ROOT / "plugins/others", wheels=wheel_cache)
 
 
-def test_the_wheel_brings_four_vendors(venv: FreshEnv) -> None:
+def test_the_wheel_brings_its_vendors(venv: FreshEnv) -> None:
     plugins = venv.run("xpushare", "plugins", "--json", env=clean_environ())
     assert plugins.returncode == 0, plugins.stderr
     records = {r["name"]: r for r in json.loads(plugins.stdout)}
@@ -54,6 +54,7 @@ def test_detect_without_the_libraries_says_why_each_vendor_is_inactive(venv: Fre
     for path in (
         "/opt/hyhal/lib/librocm_smi64.so",
         "/usr/local/corex/lib64/libixml.so",
+        "/usr/local/xpu/lib64/libxpuml.so",
         "/opt/maca/lib/libmxsml.so",
         "libmtml.so.2",
     ):
