@@ -66,6 +66,10 @@ def test_a_bad_state_is_unhealthy_and_health_follows_it(table: Any, kunlun: Any)
     events = {e.device_id: e for e in handle.check_health(devices, 0.0) or ()}
     assert not events["node-a-kunlun-0"].healthy and "in reset" in events["node-a-kunlun-0"].reason
     assert events["node-a-kunlun-1"].healthy
+    table.write(xpu(0, state_rc=15), xpu(1))
+    lost = {e.device_id: e for e in handle.check_health(devices, 0.0) or ()}["node-a-kunlun-0"]
+    assert not lost.healthy
+    assert "XPUML_ERROR_XPU_IS_LOST" in lost.reason
 
 
 def test_monitor_reads_xpuml_units(table: Any, kunlun: Any) -> None:

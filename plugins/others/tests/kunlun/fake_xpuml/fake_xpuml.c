@@ -4,6 +4,7 @@
  *   global: init=<return code of xpumlInit>
  *   device: name= serial= minor= bus_id= mem_total= mem_used= (bytes) state= (xpumlDeviceState_t)
  *           util= temp= (degrees C) power_mw= (-1 = not supported, for util/temp/power/state)
+ *           state_rc= (the return code of xpumlDeviceGetState, e.g. 15 for a lost XPU)
  * A handle is the device's index plus one, so a zero handle is never valid.
  */
 #include "fake_table.h"
@@ -94,6 +95,8 @@ static int reading(void *h, const char *key, long long dflt, long long *out) {
 
 int xpumlDeviceGetState(void *h, int *state) {
     long long v;
+    const fake_row *d = dev(h);
+    if (d && fake_int(d, "state_rc", 0)) return (int)fake_int(d, "state_rc", 0);
     int rc = reading(h, "state", 201, &v);
     if (rc == SUCCESS && state) *state = (int)v;
     return state ? rc : INVALID_ARGUMENT;
