@@ -24,6 +24,9 @@ _SUFFIX: Final = {
 # At most 19 digits and 6 decimals: bounded before any arithmetic (a pod is hostile input).
 _QUANTITY: Final = re.compile(r"^\s*([0-9]{1,19}(?:\.[0-9]{1,6})?)\s*([A-Za-z]*)\s*$")
 MIB: Final = 2**20
+#: HAMi's per-pod scheduling policy; ``mutex`` asks for devices nobody else uses.
+POLICY_KEY: Final = "hami.io/gpu-scheduler-policy"
+MUTEX: Final = "mutex"
 
 
 def raw_value(container: ContainerView, name: str | None) -> str | None:
@@ -37,6 +40,12 @@ def raw_value(container: ContainerView, name: str | None) -> str | None:
 def who(pod: PodView, container: ContainerView) -> str:
     kind = "init container" if container.init else "container"
     return f"pod {pod.ref}, {kind} {container.name!r}"
+
+
+def mutex(pod: PodView) -> bool:
+    """Whether *pod* asks for idle devices only (HAMi's ``gpu-scheduler-policy: mutex``)."""
+    policies = pod.annotations.get(POLICY_KEY, "")[:256].split(",")
+    return any(p.strip() == MUTEX for p in policies)
 
 
 def whole_devices(request: ContainerRequest) -> ContainerRequest:

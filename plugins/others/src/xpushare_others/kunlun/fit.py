@@ -13,6 +13,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from xpushare.models import DeviceSlice, DeviceUsage, FitReason, FitResult
+from xpushare_others.common.fitting import UNUSED, allowed, idle
 from xpushare_others.kunlun import topology
 from xpushare_others.kunlun.config import VXPU_VENDOR
 
@@ -21,41 +22,18 @@ if TYPE_CHECKING:
 
     from xpushare.models import ContainerRequest, Device, NodeView
 
-_UNUSED = DeviceUsage(device_id="-")
-
-
-def _idle(usage: DeviceUsage) -> bool:
-    return not (
-        usage.used_slots or usage.used_memory_mib or usage.used_compute_percent or usage.exclusive
-    )
-
-
-def _allowed(request: ContainerRequest, device: Device) -> FitReason | None:
-    if not device.healthy:
-        return FitReason.UNHEALTHY
-    model = device.model.upper()
-    if request.models_include and not any(m.upper() in model for m in request.models_include):
-        return FitReason.MODEL_MISMATCH
-    if any(m.upper() in model for m in request.models_exclude):
-        return FitReason.MODEL_MISMATCH
-    if (request.uuids_include and device.id not in request.uuids_include) or (
-        device.id in request.uuids_exclude
-    ):
-        return FitReason.UUID_MISMATCH
-    return None
-
 
 def refusal(request: ContainerRequest, device: Device, usage: DeviceUsage) -> FitReason | None:
     """Why *device* cannot take one XPU (or vXPU) of *request*; None when it can."""
-    why = _allowed(request, device)
+    why = allowed(request, device)
     if why is not None:
         return why
     if request.vendor != VXPU_VENDOR:
         # A whole XPU goes only to a container alone on it (HAMi's FitXPU: Used == 0).
-        return None if _idle(usage) else FitReason.EXCLUSIVE_CONFLICT
+        return None if idle(usage) else FitReason.EXCLUSIVE_CONFLICT
     if usage.exclusive:
         return FitReason.HELD_EXCLUSIVELY
-    if request.exclusive and not _idle(usage):
+    if request.exclusive and not idle(usage):
         return FitReason.EXCLUSIVE_CONFLICT
     if usage.used_slots >= device.share_slots:
         return FitReason.SLOTS_EXHAUSTED
@@ -103,7 +81,7 @@ def fit(request: ContainerRequest, node: NodeView, usage: Mapping[str, DeviceUsa
     reasons: Counter[FitReason] = Counter()
     boards: dict[int, dict[int, Device]] = {}
     for device in sorted(node.devices, key=lambda d: d.index):
-        why = refusal(request, device, usage.get(device.id, _UNUSED))
+        why = refusal(request, device, usage.get(device.id, UNUSED))
         if why is not None:
             reasons[why] += 1
             continue
@@ -139,5 +117,5 @@ def score(
     """HAMi's bubble score of the placement, in [0, 1] (whole XPUs only; vXPUs score 0)."""
     if request.vendor == VXPU_VENDOR or not fit.fits:
         return 0.0
-    busy = [d.index for d in node.devices if usage.get(d.id, _UNUSED).used_slots > 0]
+    busy = [d.index for d in node.devices if usage.get(d.id, UNUSED).used_slots > 0]
     return topology.score(busy, [s.index for s in fit.devices])

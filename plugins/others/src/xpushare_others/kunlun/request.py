@@ -15,13 +15,11 @@ from collections.abc import Mapping
 from typing import Final
 
 from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView, VendorSpec
-from xpushare_others.common.requests import bytes_mib, raw_value, who, whole_devices
+from xpushare_others.common.requests import bytes_mib, mutex, raw_value, who, whole_devices
 from xpushare_others.kunlun.config import VXPU_SIZES_MIB, VXPU_VENDOR, XPU_MEMORY_MIB
 
 USE_UUID_KEYS: Final = ("baidu.com/use-gpuuuid", "hami.io/use-xpu-uuid")
 NOUSE_UUID_KEYS: Final = ("baidu.com/nouse-gpuuuid", "hami.io/no-use-xpu-uuid")
-POLICY_KEY: Final = "hami.io/gpu-scheduler-policy"
-MUTEX: Final = "mutex"
 #: Most ids one selection annotation may list: a node has at most a few boards of eight.
 MAX_UUIDS: Final = 256
 
@@ -40,11 +38,6 @@ def _ids(annotations: Mapping[str, str], keys: tuple[str, ...], where: str) -> t
             raise ValueError(f"{where}: annotation {key} lists more than {MAX_UUIDS} XPUs")
         out += [i for i in items if i not in out]
     return tuple(out)
-
-
-def mutex(pod: PodView) -> bool:
-    policies = pod.annotations.get(POLICY_KEY, "")[:256].split(",")
-    return any(p.strip() == MUTEX for p in policies)
 
 
 def vxpu_memory(container: ContainerView, name: str | None, where: str) -> int | None:
