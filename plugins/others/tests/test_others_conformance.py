@@ -56,6 +56,28 @@ def _host(tmp_path: Path, files: list[str]) -> Path:
     return root
 
 
+class TestEnflameConformance(_Fake, VendorConformance):
+    vendor = "enflame"
+    source = TESTS / "enflame/fake_efml/fake_efml.c"
+    soname = "libefml.so"
+    table_env = "FAKE_EFML_TABLE"
+    table = (
+        "device name=S60 uuid=T6R0 bus=0x50 mem_total=49152\n"
+        "device name=S60 uuid=T6R1 bus=0x51 mem_total=49152\n"
+    )
+    mode = "gcu"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/gcuctl", "dev/gcu0", "dev/gcu1"])
+        return {"library_path": str(self.lib), "host_root": str(root), "mode": self.mode}
+
+
+class TestEnflameDrsConformance(TestEnflameConformance):
+    vendor = "enflame-drs"
+    mode = "drs"
+
+
 class TestHygonConformance(_Fake, VendorConformance):
     vendor = "hygon"
     source = TESTS / "hygon/fake_rsmi/fake_rocm_smi.c"

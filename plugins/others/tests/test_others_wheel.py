@@ -20,7 +20,16 @@ pytestmark = pytest.mark.slow
 pytest_plugins = ["xpushare.testing.fixtures"]
 
 ROOT = Path(__file__).resolve().parents[3]
-VENDORS = ("hygon", "iluvatar", "kunlun", "kunlun-vxpu", "metax", "mthreads")
+VENDORS = (
+    "enflame",
+    "enflame-drs",
+    "hygon",
+    "iluvatar",
+    "kunlun",
+    "kunlun-vxpu",
+    "metax",
+    "mthreads",
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +61,7 @@ def test_detect_without_the_libraries_says_why_each_vendor_is_inactive(venv: Fre
     assert {v: states[v]["state"] for v in VENDORS} == dict.fromkeys(VENDORS, "inactive")
     text = json.dumps(payload)
     for path in (
+        "/usr/lib/libefml.so",
         "/opt/hyhal/lib/librocm_smi64.so",
         "/usr/local/corex/lib64/libixml.so",
         "/usr/local/xpu/lib64/libxpuml.so",
