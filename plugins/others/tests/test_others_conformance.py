@@ -1,8 +1,8 @@
 """The core's vendor conformance suite, run against each vendor of xpushare-others.
 
 Each vendor is loaded from its entry point, as on a node, with its fake library compiled from
-C and a device table of two devices; Allocate goes through the real node agent serving a fake
-kubelet over unix sockets.
+C (or, for AWS Neuron, a sysfs tree) and a device table of two devices; Allocate goes through
+the real node agent serving a fake kubelet over unix sockets.
 """
 
 from __future__ import annotations
@@ -54,6 +54,24 @@ def _host(tmp_path: Path, files: list[str]) -> Path:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).touch()
     return root
+
+
+class TestAwsNeuronConformance(VendorConformance):
+    """No library: the vendor reads the Neuron driver's sysfs, here a tree the test builds."""
+
+    vendor = "awsneuron"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        root = _host(tmp_path, ["dev/neuron0", "dev/neuron1"])
+        for i in range(2):
+            device = root / f"sys/devices/virtual/neuron_device/neuron{i}"
+            (device / "info/architecture").mkdir(parents=True)
+            (device / "core_count").write_text("2\n")
+            (device / "info/architecture/instance_type").write_text("trn1.2xlarge\n")
+        return {"host_root": str(root), "sysfs_root": str(root / "sys")}
+
+    def unavailable(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        return {"sysfs_root": str(tmp_path / "no-sysfs")}
 
 
 class TestEnflameConformance(_Fake, VendorConformance):

@@ -21,6 +21,7 @@ pytest_plugins = ["xpushare.testing.fixtures"]
 
 ROOT = Path(__file__).resolve().parents[3]
 VENDORS = (
+    "awsneuron",
     "enflame",
     "enflame-drs",
     "hygon",
@@ -61,6 +62,7 @@ def test_detect_without_the_libraries_says_why_each_vendor_is_inactive(venv: Fre
     assert {v: states[v]["state"] for v in VENDORS} == dict.fromkeys(VENDORS, "inactive")
     text = json.dumps(payload)
     for path in (
+        "/sys/devices/virtual/neuron_device",
         "/usr/lib/libefml.so",
         "/opt/hyhal/lib/librocm_smi64.so",
         "/usr/local/corex/lib64/libixml.so",
