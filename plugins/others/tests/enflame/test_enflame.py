@@ -52,6 +52,8 @@ def test_drs_gcus_carry_their_profiles_and_slices(table: Any, enflame: Any) -> N
 def test_bad_profiles_are_refused_naming_the_field(table: Any, enflame: Any) -> None:
     with pytest.raises(Exception, match=r"drs_profiles.*'big' is not <slices>g.<memory>gb"):
         started(enflame, "enflame-drs", drs_profiles={"big": "0"})
+    with pytest.raises(Exception, match=r"drs_capacity 4 is below the 6 slices"):
+        started(enflame, "enflame-drs", drs_capacity=4)
 
 
 def test_the_mode_decides_which_of_the_two_vendors_a_node_serves(table: Any, enflame: Any) -> None:

@@ -11,9 +11,9 @@ serves, and the other stays inactive there, so a GCU is never offered under two 
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from xpushare.models import ResourceNames
 from xpushare_others.common.settings import VendorConfig
@@ -65,6 +65,16 @@ class EnflameConfig(VendorConfig):
                     f"profile {name[:40]!r} is not <slices>g.<memory>gb (e.g. 3g.20gb)"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _capacity(self) -> Self:
+        largest = max(p[0] for p in map(parse_profile_name, self.drs_profiles) if p)
+        if self.drs_capacity is not None and self.drs_capacity < largest:
+            raise ValueError(
+                f"drs_capacity {self.drs_capacity} is below the {largest} slices of the "
+                "largest DRS profile"
+            )
+        return self
 
     def names(self, vendor: str) -> ResourceNames:
         if self.resource_names is not None:
