@@ -96,6 +96,10 @@ def _string(node: ast.AST, scope: _Scope) -> str | None:
     ):
         returned = scope.returns(node.func.attr)
         return _string(returned, scope) if returned is not None else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        # A module-level path helper, _pod_path(namespace, name).
+        returned = scope.returns(node.func.id)
+        return _string(returned, scope) if returned is not None else None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _string(node.left, scope), _string(node.right, scope)
         return left + right if left is not None and right is not None else None

@@ -149,12 +149,20 @@ class K:
 
     async def watch_pods(self):
         await self._call("GET", "/api/v1/pods", query=[("watch", "true")])
+
+    async def bind(self, ns, name):
+        await self._call("POST", _pod_path(ns, name) + "/binding", "bind")
+
+
+def _pod_path(namespace, name):
+    return f"/api/v1/namespaces/{_part(namespace)}/pods/{_part(name)}"
 """
     found = {permission(r) for r in requests_in_source(source)}
     assert found == {
         Permission("coordination.k8s.io", "leases", "update"),
         Permission("", "nodes/status", "patch"),
         Permission("", "pods", "watch"),
+        Permission("", "pods/binding", "create"),
     }
 
 

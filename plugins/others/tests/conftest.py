@@ -87,6 +87,6 @@ def handle_for() -> Iterator[Callable[[str, ModuleType, Mapping[str, Any]], Vend
 @pytest.fixture(autouse=True)
 def _no_vendor_config_files(monkeypatch: pytest.MonkeyPatch) -> None:
     # A developer's own XPUSHARE_<VENDOR>_CONFIG must not leak into the tests.
-    for vendor in ("HYGON", "ILUVATAR", "METAX", "MTHREADS"):
+    for vendor in ("AWSNEURON", "ENFLAME", "HYGON", "ILUVATAR", "KUNLUN", "METAX", "MTHREADS"):
         monkeypatch.delenv(f"XPUSHARE_{vendor}_CONFIG", raising=False)
         monkeypatch.delenv(f"XPUSHARE_{vendor}_LIBRARY", raising=False)

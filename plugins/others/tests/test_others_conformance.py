@@ -1,8 +1,8 @@
 """The core's vendor conformance suite, run against each vendor of xpushare-others.
 
 Each vendor is loaded from its entry point, as on a node, with its fake library compiled from
-C and a device table of two devices; Allocate goes through the real node agent serving a fake
-kubelet over unix sockets.
+C (or, for AWS Neuron, a sysfs tree) and a device table of two devices; Allocate goes through
+the real node agent serving a fake kubelet over unix sockets.
 """
 
 from __future__ import annotations
@@ -56,6 +56,46 @@ def _host(tmp_path: Path, files: list[str]) -> Path:
     return root
 
 
+class TestAwsNeuronConformance(VendorConformance):
+    """No library: the vendor reads the Neuron driver's sysfs, here a tree the test builds."""
+
+    vendor = "awsneuron"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        root = _host(tmp_path, ["dev/neuron0", "dev/neuron1"])
+        for i in range(2):
+            device = root / f"sys/devices/virtual/neuron_device/neuron{i}"
+            (device / "info/architecture").mkdir(parents=True)
+            (device / "core_count").write_text("2\n")
+            (device / "info/architecture/instance_type").write_text("trn1.2xlarge\n")
+        return {"host_root": str(root), "sysfs_root": str(root / "sys")}
+
+    def unavailable(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        return {"sysfs_root": str(tmp_path / "no-sysfs")}
+
+
+class TestEnflameConformance(_Fake, VendorConformance):
+    vendor = "enflame"
+    source = TESTS / "enflame/fake_efml/fake_efml.c"
+    soname = "libefml.so"
+    table_env = "FAKE_EFML_TABLE"
+    table = (
+        "device name=S60 uuid=T6R0 bus=0x50 mem_total=49152\n"
+        "device name=S60 uuid=T6R1 bus=0x51 mem_total=49152\n"
+    )
+    mode = "gcu"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/gcuctl", "dev/gcu0", "dev/gcu1"])
+        return {"library_path": str(self.lib), "host_root": str(root), "mode": self.mode}
+
+
+class TestEnflameDrsConformance(TestEnflameConformance):
+    vendor = "enflame-drs"
+    mode = "drs"
+
+
 class TestHygonConformance(_Fake, VendorConformance):
     vendor = "hygon"
     source = TESTS / "hygon/fake_rsmi/fake_rocm_smi.c"
@@ -96,6 +136,28 @@ class TestIluvatarConformance(_Fake, VendorConformance):
         self._table(tmp_path, monkeypatch)
         root = _host(tmp_path, ["usr/local/vgpu/libvgpu.so"])
         return {"library_path": str(self.lib), "host_root": str(root)}
+
+
+class TestKunlunConformance(_Fake, VendorConformance):
+    vendor = "kunlun"
+    source = TESTS / "kunlun/fake_xpuml/fake_xpuml.c"
+    soname = "libxpuml.so"
+    table_env = "FAKE_XPUML_TABLE"
+    table = (
+        f"device name=P800 serial=SN0 minor=0 bus_id=00000000:40:00.0 mem_total={96 * GIB}\n"
+        f"device name=P800 serial=SN1 minor=1 bus_id=00000000:41:00.0 mem_total={96 * GIB}\n"
+    )
+    mode = "xpu"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        root = _host(tmp_path, ["dev/xpuctrl", "dev/xpu0", "dev/xpu1"])
+        return {"library_path": str(self.lib), "host_root": str(root), "mode": self.mode}
+
+
+class TestKunlunVxpuConformance(TestKunlunConformance):
+    vendor = "kunlun-vxpu"
+    mode = "vxpu"
 
 
 class TestMetaxConformance(_Fake, VendorConformance):

@@ -2,7 +2,7 @@
 
 The core and this distribution are built into wheels and installed into a fresh virtual
 environment (from uv's cache where possible), as ``pip install "xpushare[others]"`` would: all
-every vendor is found through their entry points, and on a machine without their libraries
+its vendors are found through their entry points, and on a machine without their libraries
 ``xpushare detect`` says, per vendor, that it is inactive and which paths it tried.
 """
 
@@ -20,7 +20,20 @@ pytestmark = pytest.mark.slow
 pytest_plugins = ["xpushare.testing.fixtures"]
 
 ROOT = Path(__file__).resolve().parents[3]
-VENDORS = ("biren", "hygon", "iluvatar", "metax", "mthreads", "thead", "vastai")
+VENDORS = (
+    "awsneuron",
+    "biren",
+    "enflame",
+    "enflame-drs",
+    "hygon",
+    "iluvatar",
+    "kunlun",
+    "kunlun-vxpu",
+    "metax",
+    "mthreads",
+    "thead",
+    "vastai",
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +42,7 @@ def venv(wheel_cache: WheelCache, tmp_path_factory: pytest.TempPathFactory) -> F
     return install_in_fresh_venv(root, ROOT / "core", ROOT / "plugins/others", wheels=wheel_cache)
 
 
-def test_the_wheel_brings_every_vendor(venv: FreshEnv) -> None:
+def test_the_wheel_brings_its_vendors(venv: FreshEnv) -> None:
     plugins = venv.run("xpushare", "plugins", "--json", env=clean_environ())
     assert plugins.returncode == 0, plugins.stderr
     records = {r["name"]: r for r in json.loads(plugins.stdout)}
@@ -52,8 +65,11 @@ def test_detect_without_the_libraries_says_why_each_vendor_is_inactive(venv: Fre
     assert {v: states[v]["state"] for v in VENDORS} == dict.fromkeys(VENDORS, "inactive")
     text = json.dumps(payload)
     for path in (
+        "/sys/devices/virtual/neuron_device",
+        "/usr/lib/libefml.so",
         "/opt/hyhal/lib/librocm_smi64.so",
         "/usr/local/corex/lib64/libixml.so",
+        "/usr/local/xpu/lib64/libxpuml.so",
         "/opt/maca/lib/libmxsml.so",
         "libmtml.so.2",
         "/usr/lib/libvaml.so",

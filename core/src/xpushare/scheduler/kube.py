@@ -406,7 +406,7 @@ class Kube:
 
     async def create_lease(self, namespace: str, body: Object) -> Object:
         result: Object = await self._call(
-            "POST", _lease_path(namespace), f"create lease in {namespace}", body=body
+            "POST", _leases_path(namespace), f"create lease in {namespace}", body=body
         )
         return result
 
@@ -433,6 +433,9 @@ def _pod_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{_part(namespace)}/pods/{_part(name)}"
 
 
-def _lease_path(namespace: str, name: str | None = None) -> str:
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{_part(namespace)}/leases"
-    return f"{path}/{_part(name)}" if name is not None else path
+def _leases_path(namespace: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{_part(namespace)}/leases"
+
+
+def _lease_path(namespace: str, name: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{_part(namespace)}/leases/{_part(name)}"

@@ -10,14 +10,18 @@ or ``burst-share``) and app class ``metax-tech.com/sgpu-app-class`` (``online`` 
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
 from typing import Final
 
 from xpushare.errors import AdmissionDenied
 from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView, VendorSpec
 from xpushare_others.common import settings
-from xpushare_others.common.requests import raw_value, who, whole_devices, with_compute
+from xpushare_others.common.requests import (
+    bytes_mib,
+    raw_value,
+    who,
+    whole_devices,
+    with_compute,
+)
 from xpushare_others.metax.config import VENDOR, MetaxConfig
 
 QOS_KEY: Final = "metax-tech.com/sgpu-qos-policy"
@@ -26,30 +30,6 @@ QOS_DEFAULT: Final = "best-effort"
 APP_CLASS_KEY: Final = "metax-tech.com/sgpu-app-class"
 APP_CLASSES: Final = ("online", "offline")
 DOMAIN: Final = "metax-tech.com/"
-
-# Kubernetes quantity suffixes (binary and decimal), as bytes multipliers.
-_SUFFIX: Final = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
-_QUANTITY: Final = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
-MIB: Final = 2**20
-
-
-def _bytes_mib(raw: str, where: str) -> int | None:
-    """MiB of a vmemory value with a unit (rounded up); None for a bare number (GiB)."""
-    match = _QUANTITY.match(raw)
-    if not match or not match.group(2):
-        return None
-    number, suffix = match.groups()
-    factor = _SUFFIX.get(suffix)
-    if factor is None:
-        raise ValueError(f"{where}: {DOMAIN}vmemory {raw!r} has an unknown unit {suffix!r}")
-    try:
-        total = Decimal(number) * factor
-    except InvalidOperation:
-        raise ValueError(f"{where}: {DOMAIN}vmemory {raw!r} is not a quantity") from None
-    return int(-(-total // MIB))
 
 
 def adjust(
@@ -63,7 +43,7 @@ def adjust(
     names = vendor.resource_names
     raw_memory = raw_value(container, names.memory)
     if raw_memory is not None:
-        mib = _bytes_mib(raw_memory, who(pod, container))
+        mib = bytes_mib(raw_memory, f"{who(pod, container)}: {DOMAIN}vmemory")
         if mib is not None:
             request = request.model_copy(update={"memory_mib": mib})
     if raw_value(container, names.compute) is None:
