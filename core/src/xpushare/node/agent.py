@@ -16,8 +16,9 @@ loaded vendor:
 * **monitor**: samples into a snapshot the metrics endpoint serves;
 * **device plugin**: one gRPC server registered with kubelet, in generations.
 
-And once per node: the inventory publisher (annotations, labels, handoff repair) and the
-HTTP endpoints (``/metrics``, ``/healthz``, ``/readyz``) on the same event loop.
+And once per node: the release tracker (frees what an ended pod's vendors created,
+node/release.py), the inventory publisher (annotations, labels, handoff repair) and the HTTP
+endpoints (``/metrics``, ``/healthz``, ``/readyz``) on the same event loop.
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ from xpushare.node.deviceplugin import DevicePluginService, PluginServer, Plugin
 from xpushare.node.devices import VendorDevices
 from xpushare.node.http import serve_http
 from xpushare.node.inventory import InventoryPublisher
+from xpushare.node.ledger import ReleaseLedger
 from xpushare.node.metrics import STALE_PERIODS, AgentMetrics, MonitorStore
+from xpushare.node.podresources import PodResources
+from xpushare.node.release import ReleaseTracker
 from xpushare.node.tasks import TaskGroup
 
 if TYPE_CHECKING:
@@ -76,12 +80,25 @@ class NodeAgent:
             monitor=self.monitor,
             plugins=self.plugin_statuses,
         )
+        self.ledger = ReleaseLedger(config.ledger_dir)
+        socket = config.pod_resources_socket
+        self.releases = ReleaseTracker(
+            kube=kube,
+            ledger=self.ledger,
+            vendors=host.vendors,
+            config=config,
+            pod_resources=PodResources(socket, timeout_s=config.api_timeout_s) if socket else None,
+            ready=lambda vendor: vendor in self._started,
+            on_error=lambda vendor: self.metrics.hook_errors.labels(vendor, "release").inc(),
+        )
         self.allocator = Allocator(
             kube=kube,
             vendors=host.vendors,
             devices=self.devices,
             deadline_s=config.allocate_deadline_s,
             clock=clock,
+            ledger=self.ledger,
+            on_allocated=self.releases.poke,
         )
         self.publisher = InventoryPublisher(
             kube=kube,
@@ -103,6 +120,11 @@ class NodeAgent:
         try:
             self.group.spawn("http", partial(serve_http, self))
             self.group.spawn("inventory", self.publisher.run)
+            # Read before any Allocate can add to it: a restart starts from what was left.
+            await asyncio.to_thread(self.ledger.load)
+            self.group.spawn("release/api", self.releases.run_api)
+            self.group.spawn("release/kubelet", self.releases.run_kubelet)
+            self.group.spawn("release/pass", self.releases.run_release)
             for vendor in sorted(self.host.vendors):
                 self.group.spawn(f"{vendor}/start", partial(self._start_vendor, vendor))
             if self.config.partition_lock_path is not None:
@@ -178,6 +200,7 @@ class NodeAgent:
                 self.publisher.poke()
                 await asyncio.sleep(self.config.detect_interval_s)
         self._started.add(vendor)
+        self.releases.poke()  # pods that ended while it could not be asked
         await self._detect(vendor)
         service = DevicePluginService(
             vendor=vendor,

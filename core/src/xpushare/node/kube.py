@@ -19,8 +19,12 @@ loop awaits it; every request has a timeout, so a hung API server cannot hold Al
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import io
 import json
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
@@ -28,7 +32,7 @@ from urllib.parse import quote
 from xpushare.errors import XpushareError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
 JsonObject = dict[str, Any]
 
@@ -38,6 +42,14 @@ MERGE_PATCH = "application/merge-patch+json"
 #: Threads for API calls: Allocate, the inventory publisher and the handoff repair may each
 #: have one request in flight; more would only add memory (one malloc arena per thread).
 API_THREADS = 3
+
+#: Longest line of a watch stream read: one event is one object, and the API server stores
+#: objects of at most 1.5 MiB (etcd's request limit); 4 MiB leaves room for the envelope.
+MAX_WATCH_LINE = 4 << 20
+
+#: Events buffered between the watch thread and the loop: the thread waits when the loop
+#: falls behind, so a burst of deletions costs at most this many objects of memory.
+WATCH_QUEUE = 64
 
 #: What the service account of an in-cluster pod carries; its presence selects in-cluster auth.
 _IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
@@ -190,6 +202,105 @@ class KubeClient:
             if isinstance(p, dict) and (p.get("spec") or {}).get("nodeName") == self.node_name
         ]
 
+    async def list_node_pods_at(self) -> tuple[list[JsonObject], str]:
+        """:meth:`list_node_pods` and the list's resourceVersion, to watch from."""
+        found = await self._call(
+            "GET",
+            "/api/v1/pods",
+            query=[("fieldSelector", f"spec.nodeName={self.node_name}")],
+            what=f"list pods of node {self.node_name}",
+        )
+        found = found or {}
+        items = [
+            p
+            for p in found.get("items") or []
+            if isinstance(p, dict) and (p.get("spec") or {}).get("nodeName") == self.node_name
+        ]
+        return items, str((found.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch_node_pods(
+        self, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[JsonObject]:
+        """Pod events of this node after *resource_version*, until the server ends the watch.
+
+        The stream is read by a thread of its own (urllib3 blocks) and handed over through a
+        small queue; an ``ERROR`` event (410 Gone when the version is too old) is raised as
+        :class:`KubeError` with its status, so the caller lists again.
+        """
+        what = f"watch pods of node {self.node_name}"
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[JsonObject | BaseException | None] = asyncio.Queue(WATCH_QUEUE)
+        stop = False
+        query = [
+            ("fieldSelector", f"spec.nodeName={self.node_name}"),
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_s)),
+        ]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+
+        opened: list[Any] = []
+
+        def put(item: JsonObject | BaseException | None) -> None:
+            if stop or loop.is_closed():
+                return
+            with contextlib.suppress(RuntimeError, concurrent.futures.CancelledError):
+                asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+
+        def read() -> None:
+            try:
+                response = self._open_stream("/api/v1/pods", query, timeout_s)
+                opened.append(response)
+                try:
+                    if not 200 <= response.status < 300:
+                        put(_explain(int(response.status), what, bytes(response.read() or b"")))
+                        return
+                    # Buffered: urllib3's response alone would be read a byte at a time.
+                    stream = io.BufferedReader(response)
+                    while not stop:
+                        line = stream.readline(MAX_WATCH_LINE + 1)
+                        if not line:
+                            break
+                        if len(line) > MAX_WATCH_LINE:
+                            put(KubeError(f"{what}: an event longer than {MAX_WATCH_LINE} bytes"))
+                            return
+                        if line.strip():
+                            put(json.loads(line))
+                finally:
+                    response.release_conn()
+            except Exception as exc:
+                put(exc if isinstance(exc, KubeError) else KubeError(f"{what}: {exc}"))
+            finally:
+                put(None)
+
+        # The watch blocks its thread for a whole stream, so it gets one of its own: a
+        # daemon thread, which a process that is stopping does not wait for.
+        threading.Thread(target=read, name="xpushare-watch", daemon=True).start()
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if not isinstance(item, dict):
+                    continue
+                if item.get("type") == "ERROR":
+                    obj = item.get("object") or {}
+                    status = int(obj.get("code") or 500) if isinstance(obj, dict) else 500
+                    raise KubeError(f"{what}: {str(obj)[:300]}", status)
+                yield item
+        finally:
+            stop = True
+            # Wake the thread out of its read (a stop must not wait for the server to end
+            # the stream) and out of a wait on a full queue.
+            for response in opened:
+                with contextlib.suppress(Exception):
+                    response.shutdown()
+            while not queue.empty():
+                queue.get_nowait()
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _node_path(self) -> str:
@@ -248,6 +359,23 @@ class KubeClient:
             method, url, headers, payload, _request_timeout=self.timeout_s
         )
         return int(response.status), bytes(response.read() or b"")
+
+    def _open_stream(self, path: str, query: list[tuple[str, str]], timeout_s: int) -> Any:
+        method, url, headers, payload, _ = self._api.param_serialize(
+            "GET",
+            path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        return self._api.call_api(
+            method,
+            url,
+            headers,
+            payload,
+            # Connect bound as for every call; reads may wait for the whole watch.
+            _request_timeout=(self.timeout_s, timeout_s + 30),
+        ).response
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
