@@ -18,8 +18,9 @@ Rules that hold for every hook:
   work, and one vendor's exception, hang or bad result never reaches another vendor.
 * **Node-side hooks** (startup, shutdown, detect, monitor, check_health, allocate,
   preferred_allocation, release) run in the node agent (``xpushare node``) or the
-  ``xpushare detect`` command, on **the vendor's own library thread**: one OS thread per vendor for the life of
-  the process, where the vendor's native library is loaded and every call into it is made
+  ``xpushare detect`` command, on **the vendor's own library thread**: one OS thread per
+  vendor for the life of the process, where the vendor's native library is loaded and every
+  call into it is made
   (dlerror, errno and most vendor libraries are per-thread or not thread-safe). The host
   applies a timeout to each call; a call past it leaves the vendor marked stuck.
 * **Scheduler-side hooks** (resource_request, fit, score, patch_annotations,

@@ -98,7 +98,7 @@ class NodeAgent:
             deadline_s=config.allocate_deadline_s,
             clock=clock,
             ledger=self.ledger,
-            on_allocated=self.releases.poke,
+            on_allocated=self.releases.allocated,
         )
         self.publisher = InventoryPublisher(
             kube=kube,

@@ -55,7 +55,7 @@ from xpushare.models import (
 from xpushare.native import LibraryThreadStuck, NativeCallTimeout, NativeError
 from xpushare.node.devices import physical_id
 from xpushare.node.kube import KubeConflict, KubeError
-from xpushare.node.ledger import LedgerError
+from xpushare.node.ledger import LedgerError, pod_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -165,7 +165,7 @@ class Allocator:
         deadline_s: float,
         clock: Callable[[], float] = time.time,
         ledger: ReleaseLedger | None = None,
-        on_allocated: Callable[[], None] = lambda: None,
+        on_allocated: Callable[[str], None] = lambda key: None,
     ) -> None:
         self.kube = kube
         self.ledger = ledger
@@ -288,7 +288,7 @@ class Allocator:
                 f"{what} for pod {pod}: cannot remember it for release: {exc}. The node agent "
                 f"needs a writable state directory ({self.ledger.directory})",
             ) from exc
-        self._on_allocated()
+        self._on_allocated(pod_key(pod))
         return noted
 
     async def _keep_record(

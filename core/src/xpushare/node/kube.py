@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import io
 import json
 import os
 import threading
@@ -46,6 +45,9 @@ API_THREADS = 3
 #: Longest line of a watch stream read: one event is one object, and the API server stores
 #: objects of at most 1.5 MiB (etcd's request limit); 4 MiB leaves room for the envelope.
 MAX_WATCH_LINE = 4 << 20
+
+#: Bytes asked of the socket at a time while watching.
+WATCH_READ = 64 << 10
 
 #: Events buffered between the watch thread and the loop: the thread waits when the loop
 #: falls behind, so a burst of deletions costs at most this many objects of memory.
@@ -256,17 +258,21 @@ class KubeClient:
                     if not 200 <= response.status < 300:
                         put(_explain(int(response.status), what, bytes(response.read() or b"")))
                         return
-                    # Buffered: urllib3's response alone would be read a byte at a time.
-                    stream = io.BufferedReader(response)
+                    # read1: what has arrived, not a full buffer (an event must not wait
+                    # for the next ones); lines are cut here, each bounded.
+                    pending = b""
                     while not stop:
-                        line = stream.readline(MAX_WATCH_LINE + 1)
-                        if not line:
+                        chunk = response.read1(WATCH_READ)
+                        if not chunk:
                             break
-                        if len(line) > MAX_WATCH_LINE:
+                        pending += chunk
+                        *lines, pending = pending.split(b"\n")
+                        if len(pending) > MAX_WATCH_LINE:
                             put(KubeError(f"{what}: an event longer than {MAX_WATCH_LINE} bytes"))
                             return
-                        if line.strip():
-                            put(json.loads(line))
+                        for line in lines:
+                            if line.strip():
+                                put(json.loads(line))
                 finally:
                     response.release_conn()
             except Exception as exc:

@@ -91,7 +91,11 @@ class ReleaseTracker:
         self._ended: dict[str, str] = {}
         # What kubelet listed last, or None when it cannot be asked (then the API decides).
         self._active: set[tuple[str, str]] | None = None
+        self._active_asked_at = 0.0  # when the list in _active was asked for
         self._kubelet_answered = False
+        # When each pod was last allocated by this process: kubelet's list must be newer to
+        # speak for it (a pod admitted after the list was taken is simply not in it yet).
+        self._allocated_at: dict[str, float] = {}
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._wake = asyncio.Event()
@@ -101,8 +105,13 @@ class ReleaseTracker:
     # -- tasks -------------------------------------------------------------------------------
 
     def poke(self) -> None:
-        """Run the release pass soon (a pod was allocated, or a fact changed)."""
+        """Run the release pass soon (a fact changed)."""
         self._wake.set()
+
+    def allocated(self, key: str) -> None:
+        """Pod *key* was just allocated: a kubelet list taken before now cannot speak for it."""
+        self._allocated_at[key] = self._clock()
+        self.poke()
 
     async def run_api(self) -> None:
         """Keep the API server's view of the ledger's pods: watch where possible, else poll."""
@@ -143,10 +152,12 @@ class ReleaseTracker:
         if source is None:
             return
         while True:
+            asked_at = self._clock()
             active = await source.active()
+            self._active_asked_at = asked_at
             if active != self._active:
                 self._active = active
-                self.poke()
+            self.poke()
             if active is not None and not self._kubelet_answered:
                 self._kubelet_answered = True
                 log.info("release tracker: kubelet's PodResources API answers on %s", source.socket)
@@ -168,7 +179,7 @@ class ReleaseTracker:
     # -- facts -------------------------------------------------------------------------------
 
     def _from_list(self, pods: list[JsonObject], known: set[str]) -> None:
-        current: dict[str, JsonObject | None] = {}
+        current: dict[str, JsonObject] = {}
         for pod in pods:
             meta = pod.get("metadata") or {}
             if isinstance(meta, dict):
@@ -177,8 +188,8 @@ class ReleaseTracker:
         for entry in self.ledger.pods():
             if entry.key not in known:
                 continue
-            pod = current.get(entry.key)
-            why = "deleted" if pod is None else _terminal(pod)
+            found = current.get(entry.key)
+            why = "deleted" if found is None else _terminal(found)
             if why and entry.key not in self._ended:
                 self._ended[entry.key] = why
                 changed = True
@@ -198,13 +209,21 @@ class ReleaseTracker:
             self._ended[key] = why
             self.poke()
 
+    def api_ended(self, key: str) -> str:
+        """Why the API server counts pod *key* (a ledger key) as over; ``""`` if it does not."""
+        return self._ended.get(key, "")
+
     def ended(self, entry: LedgerPod) -> str:
         """Why *entry*'s pod counts as ended, or ``""`` while it may still run."""
         why = self._ended.get(entry.key, "")
         if not why:
             return ""
         active = self._active
-        if active is not None and (entry.pod.namespace, entry.pod.name) in active:
+        if active is None:
+            return why  # kubelet cannot be asked: the API server's word decides
+        if self._active_asked_at <= self._allocated_at.get(entry.key, -1.0):
+            return ""  # kubelet's list is older than the pod's last Allocate: wait for one
+        if (entry.pod.namespace, entry.pod.name) in active:
             return ""  # kubelet still lists it: its containers are still stopping
         return why
 
@@ -236,6 +255,7 @@ class ReleaseTracker:
 
     def _forget(self, key: str) -> None:
         self._ended.pop(key, None)
+        self._allocated_at.pop(key, None)
         self._retry_at.pop(key, None)
         self._failures.pop(key, None)
 
