@@ -35,6 +35,7 @@ from xpushare.native import LibraryThreadStuck, NativeCallTimeout, NativeError
 from xpushare.node.allocate import Allocator
 from xpushare.node.deviceplugin import DevicePluginService, PluginServer, PluginStatus
 from xpushare.node.devices import VendorDevices
+from xpushare.node.dirwatch import DirectoryWatch
 from xpushare.node.http import serve_http
 from xpushare.node.inventory import InventoryPublisher
 from xpushare.node.ledger import ReleaseLedger
@@ -108,6 +109,7 @@ class NodeAgent:
             on_error=self.metrics.api_errors.inc,
         )
         self.group = TaskGroup(f"node agent {self.node}")
+        self.dirwatch = DirectoryWatch(config.device_plugin_dir)
         self.http_port: int | None = None
         self._rescan = {name: asyncio.Event() for name in host.vendors}
         self._started: set[str] = set()
@@ -118,6 +120,12 @@ class NodeAgent:
     async def run(self) -> None:
         """Run every part until :meth:`stop`; raises :class:`TaskFailed` when a part failed."""
         try:
+            if not self.dirwatch.start():
+                log.info(
+                    "polling %s every %g s",
+                    self.config.device_plugin_dir,
+                    self.config.socket_poll_s,
+                )
             self.group.spawn("http", partial(serve_http, self))
             self.group.spawn("inventory", self.publisher.run)
             # Read before any Allocate can add to it: a restart starts from what was left.
@@ -132,6 +140,7 @@ class NodeAgent:
             await self.group.wait()
         finally:
             await self.group.stop()
+            self.dirwatch.close()
             await asyncio.to_thread(self._shutdown_vendors)
 
     async def stop(self) -> None:
@@ -209,7 +218,7 @@ class NodeAgent:
             allocator=self.allocator,
             observe=partial(self._observe, vendor),
         )
-        self.plugins[vendor] = PluginServer(service, self.config)
+        self.plugins[vendor] = PluginServer(service, self.config, watch=self.dirwatch)
         self._signal()
         self.group.spawn(f"{vendor}/device-plugin", self.plugins[vendor].run)
         self.group.spawn(f"{vendor}/detect", partial(self._detect_loop, vendor))

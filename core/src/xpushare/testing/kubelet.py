@@ -548,7 +548,6 @@ class FakeKubelet:
         )
         return picked
 
-
     def _list_pod_resources(self) -> Any:
         # Active pods, with the devices of each container (kubelet lists app containers).
         self.pod_resources_calls += 1
