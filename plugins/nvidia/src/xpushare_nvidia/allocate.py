@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import pynvml
-
 from xpushare.models import (
     AdmissionGuard,
     AllocateRequest,
@@ -37,7 +35,7 @@ from xpushare.models import (
     Mount,
 )
 from xpushare_nvidia import detect, mig
-from xpushare_nvidia.calls import optional
+from xpushare_nvidia.calls import running_processes
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import HamiCoreConfig, NvidiaConfig
@@ -337,9 +335,7 @@ def _pick(
 
 
 def _idle(instance: mig.MigInstance) -> bool:
-    procs = optional(
-        "nvmlDeviceGetComputeRunningProcesses(MIG)",
-        pynvml.nvmlDeviceGetComputeRunningProcesses,
-        instance.handle,
-    )
-    return not procs
+    # Unknown (no variant of the call answers) is not idle: reusing an instance that still
+    # runs a process would put two containers on it.
+    procs = running_processes(instance.handle)
+    return procs is not None and not procs
