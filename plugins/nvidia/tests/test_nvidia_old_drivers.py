@@ -113,7 +113,7 @@ def test_a_driver_with_neither_process_call_drops_that_field_only(
         tmp_path_factory,
         ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
     )
-    devices, snapshot, _, _ = _run(root, hami_dir)
+    _, snapshot, _, _ = _run(root, hami_dir)
     assert snapshot is not None
     assert [s.process_count for s in snapshot.devices] == [None] * 4
     assert all(s.memory_used_mib is not None for s in snapshot.devices)
