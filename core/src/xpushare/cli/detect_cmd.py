@@ -8,8 +8,6 @@ import json
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from xpushare.errors import PluginError, VendorUnavailable
 from xpushare.models import Device
@@ -55,6 +53,10 @@ def command(as_json: bool) -> None:
         }
         click.echo(json.dumps(payload, indent=2))
         return
+    # rich (~4 MiB) only for this command's table: `xpushare node` imports this module too.
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console(soft_wrap=False)
     if devices:
         table = Table("vendor", "index", "id", "model", "memory MiB", "NUMA", "health", "slots")

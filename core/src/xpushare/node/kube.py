@@ -1,16 +1,18 @@
 """The node agent's only door to the Kubernetes API: its own node, and the pods bound to it.
 
-Why a module of its own: the agent needs four calls (read its node, merge-patch its node's
-annotations and labels, read a pod, list the node's pods), and keeping them behind the small
-:class:`NodeKube` protocol lets tests run the agent against a local fake API server with the
-real client, and plugin authors against an in-memory one (``xpushare.testing``).
+Why a module of its own: the agent needs five calls (read its node, merge-patch its node's
+annotations and labels, read a pod, list and watch the node's pods), and keeping them behind
+the small :class:`NodeKube` protocol lets tests run the agent against a local fake API server
+over HTTP, and plugin authors against an in-memory one (``xpushare.testing``).
 
-Why the official client's low-level ``ApiClient`` and raw JSON rather than ``CoreV1Api``:
-``CoreV1Api`` deserialises into generated models and importing them costs about 90 MiB of
-RSS (measured here: 48 MiB for ``kubernetes.client`` alone, 142 MiB once ``CoreV1Api`` is
-touched), which would blow the node agent's 64 MiB budget (DESIGN.md §9) for objects we read
-three fields of. The client still does what it is for: configuration (in-cluster service
-account or kubeconfig), TLS, auth and connection pooling.
+Why urllib3 and raw JSON rather than the official ``kubernetes`` client: the client's package
+imports all its generated models, about 11 MiB of RSS in the agent (20 MiB on its own; 142
+MiB once ``CoreV1Api`` is touched), against the agent's 64 MiB budget (DESIGN.md §9), for
+objects we read three fields of. urllib3 (the client's own transport, 2 MiB) does TLS and
+connection pooling; in a pod the service account is read here (the token file again on
+every request, since projected tokens rotate in place). Outside a pod the official kubeconfig
+loader is imported on demand, so exec plugins and the rest of kubeconfig keep working where
+memory does not matter.
 
 Calls are blocking (urllib3), so each runs on a small thread pool of its own and the event
 loop awaits it; every request has a timeout, so a hung API server cannot hold Allocate.
@@ -25,8 +27,10 @@ import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from xpushare.errors import XpushareError
 
@@ -55,6 +59,11 @@ WATCH_QUEUE = 64
 
 #: What the service account of an in-cluster pod carries; its presence selects in-cluster auth.
 _IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+
+#: Where kubelet mounts a pod's service account token and the cluster's CA.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+USER_AGENT = "xpushare-node"
 
 
 class KubeError(XpushareError):
@@ -111,30 +120,92 @@ def _explain(status: int, what: str, body: bytes) -> KubeError:
     return KubeError(f"{what}: HTTP {status}: {message or '(no message)'}; {hint}", status)
 
 
-class KubeClient:
-    """:class:`NodeKube` over the official ``kubernetes`` client (raw JSON, see module doc)."""
+@dataclass(frozen=True)
+class ApiEndpoint:
+    """Where the API server is and how to authenticate to it."""
 
-    def __init__(
-        self,
-        node_name: str,
-        configuration: Any,
-        *,
-        timeout_s: float = 3.0,
-    ) -> None:
-        from kubernetes.client import ApiClient
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    #: The ``Authorization`` header value, asked before every request (tokens rotate).
+    authorization: Callable[[], str | None] = lambda: None
+
+
+def _in_cluster(env: Mapping[str, str]) -> ApiEndpoint:
+    host, port = env[_IN_CLUSTER_ENV], env.get("KUBERNETES_SERVICE_PORT", "443")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 service address
+    token_path = Path(SERVICE_ACCOUNT_DIR) / "token"
+    ca = Path(SERVICE_ACCOUNT_DIR) / "ca.crt"
+    if not token_path.is_file() or not ca.is_file():
+        raise KubeError(
+            f"cannot configure the Kubernetes client: no service account token under "
+            f"{SERVICE_ACCOUNT_DIR}; mount the pod's service account (automountServiceAccount"
+            "Token) or pass --kubeconfig"
+        )
+
+    def bearer() -> str | None:
+        # Re-read every time: projected tokens are rotated in place (about hourly).
+        try:
+            return "Bearer " + token_path.read_text().strip()
+        except OSError:
+            return None
+
+    return ApiEndpoint(host=f"https://{host}:{port}", ca_file=str(ca), authorization=bearer)
+
+
+def _from_kubeconfig(kubeconfig: str | None) -> ApiEndpoint:
+    # Outside a pod only (a developer's machine, kubectl-style files with exec plugins):
+    # the official loader is imported here, so an in-cluster agent never pays its memory.
+    from kubernetes import config
+    from kubernetes.client import Configuration
+
+    configuration: Any = Configuration()
+    loader: Any = config  # the loaders are untyped
+    try:
+        loader.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    except config.ConfigException as exc:
+        raise KubeError(
+            f"cannot configure the Kubernetes client: {exc}. In a pod, mount the service "
+            "account token; elsewhere pass --kubeconfig or set KUBECONFIG."
+        ) from exc
+    return ApiEndpoint(
+        host=str(configuration.host).rstrip("/"),
+        ca_file=configuration.ssl_ca_cert,
+        cert_file=configuration.cert_file,
+        key_file=configuration.key_file,
+        verify=bool(configuration.verify_ssl),
+        # Refreshes exec-plugin and file tokens as the official client does.
+        authorization=lambda: configuration.get_api_key_with_prefix("authorization"),
+    )
+
+
+class KubeClient:
+    """:class:`NodeKube` over urllib3 with raw JSON (see the module docstring for why)."""
+
+    def __init__(self, node_name: str, endpoint: ApiEndpoint, *, timeout_s: float = 3.0) -> None:
+        import urllib3
 
         self.node_name = node_name
         self.timeout_s = timeout_s
-        self._api: Any = ApiClient(configuration)
+        self.endpoint = endpoint
+        self._host = endpoint.host.rstrip("/")
+        self._http: Any = urllib3.PoolManager(
+            num_pools=2,
+            maxsize=API_THREADS + 1,
+            cert_reqs="CERT_REQUIRED" if endpoint.verify else "CERT_NONE",
+            ca_certs=endpoint.ca_file,
+            cert_file=endpoint.cert_file,
+            key_file=endpoint.key_file,
+        )
         self._pool = ThreadPoolExecutor(API_THREADS, thread_name_prefix="xpushare-kube")
 
     @classmethod
     def for_host(cls, node_name: str, host: str, *, timeout_s: float = 3.0) -> KubeClient:
         """A client of a plain-HTTP API server at *host* (tests, ``kubectl proxy``)."""
-        from kubernetes.client import Configuration
-
-        configuration = Configuration(host=host.rstrip("/"))
-        return cls(node_name, configuration, timeout_s=timeout_s)
+        return cls(node_name, ApiEndpoint(host=host.rstrip("/")), timeout_s=timeout_s)
 
     @classmethod
     def from_environment(
@@ -146,23 +217,12 @@ class KubeClient:
         timeout_s: float = 3.0,
     ) -> KubeClient:
         """In-cluster credentials in a pod, else *kubeconfig* (or ``$KUBECONFIG``/``~/.kube``)."""
-        from kubernetes import config
-        from kubernetes.client import Configuration
-
         env = os.environ if environ is None else environ
-        configuration = Configuration()
-        loader: Any = config  # the loaders are untyped
-        try:
-            if kubeconfig is None and _IN_CLUSTER_ENV in env:
-                loader.load_incluster_config(client_configuration=configuration)
-            else:
-                loader.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        except config.ConfigException as exc:
-            raise KubeError(
-                f"cannot configure the Kubernetes client: {exc}. In a pod, mount the service "
-                "account token; elsewhere pass --kubeconfig or set KUBECONFIG."
-            ) from exc
-        return cls(node_name, configuration, timeout_s=timeout_s)
+        if kubeconfig is None and _IN_CLUSTER_ENV in env:
+            endpoint = _in_cluster(env)
+        else:
+            endpoint = _from_kubeconfig(kubeconfig)
+        return cls(node_name, endpoint, timeout_s=timeout_s)
 
     # -- NodeKube ----------------------------------------------------------------------------
 
@@ -341,6 +401,18 @@ class KubeClient:
             raise KubeError(f"{what}: the API server answered with {type(decoded).__name__}")
         return decoded
 
+    def _url(self, path: str, query: list[tuple[str, str]] | None) -> str:
+        return self._host + path + (f"?{urlencode(query)}" if query else "")
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        authorization = self.endpoint.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        return headers
+
     def _request(
         self,
         method: str,
@@ -348,41 +420,33 @@ class KubeClient:
         body: JsonObject | None,
         query: list[tuple[str, str]] | None,
     ) -> tuple[int, bytes]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = MERGE_PATCH
-        method, url, headers, payload, _ = self._api.param_serialize(
+        import urllib3
+
+        response = self._http.request(
             method,
-            path,
-            query_params=query,
-            header_params=headers,
-            body=body,
-            # The generated APIs name this scheme; without it no token is sent (the
-            # in-cluster loader also refreshes the token file into it).
-            auth_settings=["BearerToken"],
+            self._url(path, query),
+            body=None if body is None else json.dumps(body).encode(),
+            headers=self._headers(MERGE_PATCH if body is not None else None),
+            timeout=urllib3.Timeout(total=self.timeout_s),
+            retries=False,
+            redirect=False,
         )
-        response: Any = self._api.call_api(
-            method, url, headers, payload, _request_timeout=self.timeout_s
-        )
-        return int(response.status), bytes(response.read() or b"")
+        return int(response.status), bytes(response.data or b"")
 
     def _open_stream(self, path: str, query: list[tuple[str, str]], timeout_s: int) -> Any:
-        method, url, headers, payload, _ = self._api.param_serialize(
+        import urllib3
+
+        return self._http.request(
             "GET",
-            path,
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        return self._api.call_api(
-            method,
-            url,
-            headers,
-            payload,
+            self._url(path, query),
+            headers=self._headers(),
             # Connect bound as for every call; reads may wait for the whole watch.
-            _request_timeout=(self.timeout_s, timeout_s + 30),
-        ).response
+            timeout=urllib3.Timeout(connect=self.timeout_s, read=timeout_s + 30),
+            retries=False,
+            redirect=False,
+            preload_content=False,
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._api.close()
+        self._http.clear()
