@@ -15,6 +15,10 @@ for ``/var/lib/kubelet/device-plugins``::
         result["main"].envs  # what the container would get
         await kubelet.restart()  # wipes the sockets: the plugin must register again
 
+With ``pod_resources_socket`` it also serves kubelet's PodResources ``List`` there (the pods
+admitted and not removed, by namespace and name, research/k8s-apis.md §2), so a release
+that waits for kubelet to let go of a pod can be tested.
+
 It runs on the caller's event loop (``grpc.aio``), so the plugin under test can share it.
 Keep *plugin_dir* short: a unix socket path has at most 107 bytes.
 """
