@@ -127,12 +127,14 @@ async def test_a_thousand_pods_with_agent_restarts_leave_nothing_behind(plugin_d
     try:
         for session in range(sessions + 1):
             keeper = Keeper(root, devices=32)  # a new process: nothing kept in memory
+            # Each Allocate fsyncs the ledger: on a loaded test machine that can take seconds.
             async with running(
                 plugin_dir,
                 host=keeper_host(keeper),
                 kube=kube,
                 kubelet=kubelet,
                 wait_for=Keeper.resource,
+                allocate_deadline_s=20.0,
             ) as run:
                 if session == sessions:  # the last start only cleans up after the others
                     await eventually(lambda: len(run.agent.ledger) == 0, "all released", 60)
