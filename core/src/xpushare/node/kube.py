@@ -293,14 +293,7 @@ class KubeClient:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[JsonObject | BaseException | None] = asyncio.Queue(WATCH_QUEUE)
         stop = False
-        query = [
-            ("fieldSelector", f"spec.nodeName={self.node_name}"),
-            ("watch", "true"),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(timeout_s)),
-        ]
-        if resource_version:
-            query.append(("resourceVersion", resource_version))
+        since = [("resourceVersion", resource_version)] if resource_version else []
 
         opened: list[Any] = []
 
@@ -312,7 +305,18 @@ class KubeClient:
 
         def read() -> None:
             try:
-                response = self._open_stream("/api/v1/pods", query, timeout_s)
+                response = self._open_stream(
+                    "GET",
+                    "/api/v1/pods",
+                    [
+                        ("fieldSelector", f"spec.nodeName={self.node_name}"),
+                        ("watch", "true"),
+                        ("allowWatchBookmarks", "true"),
+                        ("timeoutSeconds", str(timeout_s)),
+                        *since,
+                    ],
+                    timeout_s,
+                )
                 opened.append(response)
                 try:
                     if not 200 <= response.status < 300:
@@ -433,11 +437,13 @@ class KubeClient:
         )
         return int(response.status), bytes(response.data or b"")
 
-    def _open_stream(self, path: str, query: list[tuple[str, str]], timeout_s: int) -> Any:
+    def _open_stream(
+        self, method: str, path: str, query: list[tuple[str, str]], timeout_s: int
+    ) -> Any:
         import urllib3
 
         return self._http.request(
-            "GET",
+            method,
             self._url(path, query),
             headers=self._headers(),
             # Connect bound as for every call; reads may wait for the whole watch.
