@@ -25,6 +25,8 @@ def test_models_exports() -> None:
             # Added with xpushare_admission_guard: an optional hook, so API_VERSION stays.
             "AdmissionGuard",
             "AllocateRequest",
+            # Added with xpushare_release: an optional hook, so API_VERSION stays.
+            "AllocatedContainer",
             "ContainerAllocation",
             "ContainerAssignment",
             "ContainerRequest",
@@ -48,6 +50,7 @@ def test_models_exports() -> None:
             "PodAssignment",
             "PodRef",
             "PodView",
+            "ReleaseRequest",
             "ResourceNames",
             "TopologyLink",
             "VendorSpec",

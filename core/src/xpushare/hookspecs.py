@@ -17,9 +17,10 @@ Rules that hold for every hook:
   that vendor's plugin and the core's built-in defaults only, so a vendor sees only its own
   work, and one vendor's exception, hang or bad result never reaches another vendor.
 * **Node-side hooks** (startup, shutdown, detect, monitor, check_health, allocate,
-  preferred_allocation) run in the node agent (``xpushare node``) or the ``xpushare detect``
-  command, on **the vendor's own library thread**: one OS thread per vendor for the life of
-  the process, where the vendor's native library is loaded and every call into it is made
+  preferred_allocation, release) run in the node agent (``xpushare node``) or the
+  ``xpushare detect`` command, on **the vendor's own library thread**: one OS thread per
+  vendor for the life of the process, where the vendor's native library is loaded and every
+  call into it is made
   (dlerror, errno and most vendor libraries are per-thread or not thread-safe). The host
   applies a timeout to each call; a call past it leaves the vendor marked stuck.
 * **Scheduler-side hooks** (resource_request, fit, score, patch_annotations,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
         NodeView,
         PodAssignment,
         PodView,
+        ReleaseRequest,
         VendorSpec,
     )
     from xpushare.native import NodeContext
@@ -174,11 +176,40 @@ def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAl
     container, on the vendor's library thread, after the core matched kubelet's request to
     the pod's assignment (``request.slices``: which devices, how much memory and compute).
     Return the environment variables (e.g. visible devices and in-container limits), device
-    nodes, mounts and CDI device names the container needs. Raise an exception whose message
+    nodes, mounts and CDI device names the container needs, and in ``record`` the names of
+    whatever it created on the node (given back to ``xpushare_release`` when the pod ends).
+    ``request.pod`` names the pod (namespace, name, uid) and ``request.pod_annotations`` holds
+    its annotations, for per-pod settings. Raise an exception whose message
     names the pod and device to refuse; kubelet then fails the container's start with it.
 
     Stops at the first non-``None`` result; ``None`` from every implementation gives the
     container nothing beyond what kubelet does for the resource itself.
+    """
+
+
+@hookspec
+def xpushare_release(ctx: NodeContext, request: ReleaseRequest) -> None:
+    """Free what this vendor created for a pod that has ended (instances, configurations, files).
+
+    Called by the node agent on the vendor's library thread, serialised with ``allocate``,
+    once every container of a pod that this vendor allocated on this node is gone: the API
+    server reports the pod deleted or finished (``Succeeded``/``Failed``), or no longer knows
+    it, **and**, where kubelet's PodResources API answers, kubelet no longer lists the pod (a
+    force-deleted pod whose containers still run is released only when they stop).
+    ``request.containers`` lists every Allocate of this vendor for the pod, each with the
+    ``record`` its allocate returned (:attr:`~xpushare.models.ContainerAllocation.record`);
+    the agent keeps those records on the node's disk, so a pod that ended while the agent was
+    down is released after it starts again.
+
+    **At least once, and safely repeatable**: the agent may call it again for the same pod
+    (it stopped before noting the release done, or an earlier call raised), so freeing what
+    is already gone must succeed. A container whose ``record`` is ``None`` may or may not have
+    had something created (allocate failed, or the agent stopped while it ran): find it by the
+    pod's uid and the container's name, which is why what allocate creates should be named
+    after them. Raise to say the release failed: the agent logs it with the pod, counts it in
+    ``xpushare_vendor_hook_errors_total{hook="release"}``, keeps the record and calls again
+    later (with a growing delay); the pod itself is unaffected, it has ended. A vendor that
+    creates nothing at Allocate need not implement this hook.
     """
 
 

@@ -253,3 +253,14 @@ async def test_a_failing_vendor_allocate_is_an_internal_error_naming_the_contain
         assert info.value.code() == grpc.StatusCode.INTERNAL
         assert "cannot open /dev/acme0" in info.value.details()
         assert "'worker'" in info.value.details() and "default/broken" in info.value.details()
+
+
+async def test_well_formed_ids_that_are_not_ours_are_invalid(plugin_dir):
+    async with running(plugin_dir) as run:
+        pod = run.kube.add_pod("strange")
+        run.kube.bind(pod, one_slice(dev(1)))
+        for kid in ("NOT-OURS::0", f"{dev(1)}::999", f"{dev(1)}::{'9' * 40}"):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await run.kubelet.allocate(RESOURCE, [kid])
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, kid
+            assert kid[:20] in info.value.details()

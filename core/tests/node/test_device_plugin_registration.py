@@ -86,3 +86,31 @@ async def test_capacity_drops_to_zero_after_the_grace_period(plugin_dir):
         await kubelet.wait_until(lambda: kubelet.capacity(RESOURCE) == 0, what="grace over")
     finally:
         await kubelet.stop()
+
+
+async def test_a_kubelet_restart_is_seen_through_inotify_not_the_poll(plugin_dir):
+    # Polls every 30 s and a registration retry as slow: only the directory watch can make
+    # the agent register again within the wait below.
+    async with running(plugin_dir, socket_poll_s=30.0, register_retry_s=30.0) as run:
+        assert run.agent.dirwatch.inotify
+        for restart in range(3):
+            before = len(run.kubelet.registrations_of(RESOURCE))
+            await run.kubelet.restart()
+            await run.kubelet.wait_until(
+                lambda b=before: len(run.kubelet.registrations_of(RESOURCE)) > b,
+                timeout_s=10.0,
+                what=f"registered again after restart {restart + 1}",
+            )
+
+
+async def test_without_inotify_the_directory_is_polled(plugin_dir, monkeypatch):
+    from xpushare.node import dirwatch
+
+    monkeypatch.setattr(dirwatch, "_inotify_fd", lambda directory: None)
+    async with running(plugin_dir) as run:
+        assert not run.agent.dirwatch.inotify
+        before = len(run.kubelet.registrations_of(RESOURCE))
+        await run.kubelet.restart()
+        await run.kubelet.wait_until(
+            lambda: len(run.kubelet.registrations_of(RESOURCE)) > before, what="polled back"
+        )

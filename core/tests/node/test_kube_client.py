@@ -1,4 +1,4 @@
-"""The agent's Kubernetes access with the real client against a local fake API server (kmock)."""
+"""The agent's Kubernetes client over HTTP against a local fake API server (kmock)."""
 
 import time
 

@@ -124,3 +124,30 @@ async def test_probes(plugin_dir):
         assert status == 503
         assert "vendor mock: not registered with kubelet" in text
         assert (await get(run, "/healthz"))[0] == 200
+
+
+async def test_the_http_server_refuses_what_it_does_not_serve(plugin_dir):
+    import asyncio as aio
+
+    async def exchange(raw: bytes) -> bytes:
+        reader, writer = await aio.open_connection("127.0.0.1", run.agent.http_port)
+        writer.write(raw)
+        await writer.drain()
+        data = await aio.wait_for(reader.read(65536), 5)
+        writer.close()
+        return data
+
+    async with running(plugin_dir) as run:
+        assert (await exchange(b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
+        assert (await exchange(b"GET /nope HTTP/1.1\r\nConnection: close\r\n\r\n")).startswith(
+            b"HTTP/1.1 404"
+        )
+        body = b"GET /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+        assert (await exchange(body)).startswith(b"HTTP/1.1 413")
+        assert (await exchange(b"garbage\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        # A head past the bound is cut off, never buffered whole.
+        huge = b"GET /healthz HTTP/1.1\r\nX: " + b"a" * (64 << 10) + b"\r\n\r\n"
+        assert await exchange(huge) == b""
+        # Still serving afterwards, with keep-alive on HTTP/1.1.
+        reply = await exchange(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"ok\n")

@@ -5,10 +5,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 PROTO_DIR = ROOT / "core/src/xpushare/node/_proto"
-GENERATED = (
-    "deviceplugin_v1beta1_pb2.py",
-    "deviceplugin_v1beta1_pb2.pyi",
-    "deviceplugin_v1beta1_pb2_grpc.py",
+GENERATED = tuple(
+    f"{proto}{suffix}"
+    for proto in ("deviceplugin_v1beta1", "podresources_v1")
+    for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 )
 
 
@@ -42,3 +42,15 @@ def test_wire_names_are_kubelets():
     assert fields == {"available_deviceIDs": 1, "must_include_deviceIDs": 2, "allocation_size": 3}
     fields = {f.name: f.number for f in pb.ContainerAllocateResponse.DESCRIPTOR.fields}
     assert fields == {"envs": 1, "mounts": 2, "devices": 3, "annotations": 4, "cdi_devices": 5}
+
+
+def test_pod_resources_wire_names_are_kubelets():
+    from xpushare.node.podresources import pr
+
+    service = pr.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert pr.DESCRIPTOR.package == "v1"
+    assert [m.full_name for m in service.methods] == ["v1.PodResourcesLister.List"]
+    fields = {f.name: f.number for f in pr.PodResources.DESCRIPTOR.fields}
+    assert fields == {"name": 1, "namespace": 2, "containers": 3}
+    fields = {f.name: f.number for f in pr.ContainerDevices.DESCRIPTOR.fields}
+    assert fields == {"resource_name": 1, "device_ids": 2}

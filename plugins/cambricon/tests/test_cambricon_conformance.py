@@ -7,6 +7,7 @@ sockets (the suite's share becomes an sMLU instance).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,3 +38,8 @@ class TestCambriconConformance(VendorConformance):
             "library_path": str(tmp_path / "missing" / "libcndev.so"),
             "neuware_home": str(tmp_path / "no-neuware-here"),
         }
+
+    def created(self, config: Mapping[str, Any]) -> list[str]:
+        # The sMLU instances in the fake's table (the fake keeps its state in that file).
+        table = Path(os.environ["FAKE_CNDEV_CONFIG"])
+        return [line for line in table.read_text().splitlines() if line.startswith("instance")]

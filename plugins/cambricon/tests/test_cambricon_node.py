@@ -6,7 +6,13 @@ import pytest
 from cambricon_fakes import card_line
 
 from xpushare.errors import PluginError
-from xpushare.models import AllocateRequest, DeviceSlice, PodRef
+from xpushare.models import (
+    AllocatedContainer,
+    AllocateRequest,
+    DeviceSlice,
+    PodRef,
+    ReleaseRequest,
+)
 
 
 @pytest.fixture
@@ -230,3 +236,45 @@ def test_allocate_refuses_a_card_missing_from_the_inventory(started):
     ghost = DeviceSlice(device_id="MLU-gone", memory_mib=1, compute_percent=100, exclusive=True)
     with pytest.raises(PluginError, match="MLU-gone"):
         handle.allocate(_request(devices, ghost))
+
+
+def _release(request: AllocateRequest, record: dict[str, str] | None) -> ReleaseRequest:
+    return ReleaseRequest(
+        pod=request.pod,
+        node=request.node,
+        containers=(
+            AllocatedContainer(container=request.container, slices=request.slices, record=record),
+        ),
+    )
+
+
+@pytest.mark.parametrize("by_name", [True, False])
+def test_release_destroys_the_containers_smlu_instance_once(
+    make_handle, fake_builds, table, by_name
+):
+    table.cards(card_line(0), card_line(1))
+    handle = make_handle(fake_builds.get() if by_name else fake_builds.get("NO_DESTROY_BY_NAME"))
+    handle.startup()
+    devices = handle.detect()
+    mine = _request(devices, _share(devices[1]))
+    other = _request(devices, _share(devices[1]), container="sidecar")
+    out = handle.allocate(mine)
+    handle.allocate(other)
+    assert out.record["smlu_instance"].startswith("xps-") and "mi_handle" in out.record
+    assert len(table.lines("instance")) == 2
+    handle.release(_release(mine, out.record))
+    (left,) = table.lines("instance")
+    assert left.endswith("-sidecar")  # the other container's instance is untouched
+    handle.release(_release(mine, out.record))  # again: nothing left to free, no error
+    assert len(table.lines("instance")) == 1
+
+
+def test_release_without_a_record_finds_the_instance_by_name(make_handle, fake_lib, table):
+    table.cards(card_line(0), card_line(1))
+    handle = make_handle(fake_lib)
+    handle.startup()
+    devices = handle.detect()
+    mine = _request(devices, _share(devices[0]))
+    handle.allocate(mine)
+    handle.release(_release(mine, None))  # the agent stopped before keeping the record
+    assert table.lines("instance") == []

@@ -32,3 +32,12 @@ class TestNvidiaConformance(VendorConformance):
 
     def unavailable(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
         return {"driver_roots": [str(tmp_path / "no-driver-here")], "search_loader_path": False}
+
+    def created(self, config: Mapping[str, Any]) -> list[str]:
+        # HAMi-core's per-container cache directories and the owner files beside them.
+        root = Path(config["hami_core"]["agent_dir"])
+        return sorted(
+            str(p.relative_to(root))
+            for sub in ("containers", "xpushare-meta")
+            for p in (root / sub).glob("*")
+        )

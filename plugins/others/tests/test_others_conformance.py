@@ -121,6 +121,11 @@ class TestHygonConformance(_Fake, VendorConformance):
             "vdev_agent_dir": str(tmp_path / "vdev"),
         }
 
+    def created(self, config: Mapping[str, Any]) -> list[str]:
+        # One vDCU config directory per sharing container.
+        root = Path(config["vdev_agent_dir"])
+        return sorted(p.name for p in root.glob("*")) if root.is_dir() else []
+
 
 class TestIluvatarConformance(_Fake, VendorConformance):
     vendor = "iluvatar"

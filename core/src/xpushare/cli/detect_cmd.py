@@ -14,8 +14,6 @@ import shutil
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from xpushare.errors import PluginError, VendorUnavailable
 from xpushare.models import Device
@@ -118,6 +116,10 @@ def command(as_json: bool, verbose: bool) -> None:
         }
         click.echo(json.dumps(payload, indent=2))
         return
+    # rich (~4 MiB) only for this command's table: `xpushare node` imports this module too.
+    from rich.console import Console
+    from rich.table import Table
+
     width = shutil.get_terminal_size((100, 24)).columns
     console = Console(soft_wrap=False, width=width)
     if devices:

@@ -4,19 +4,40 @@ Commands import their heavy dependencies (the Kubernetes client, gRPC, matplotli
 the command body, so ``xpushare --help`` and ``xpushare plugins`` stay fast.
 """
 
+import importlib
 import importlib.metadata
 import logging
 from typing import Any
 
 import click
 
-from xpushare.cli import detect_cmd, fit_cmd, node_cmd, plugins_cmd, scheduler_cmd, simulate_cmd
 from xpushare.errors import XpushareError
+
+#: Command name -> its module, imported only when that command runs (or help lists them):
+#: the node agent, which has a 64 MiB budget, must not load the scheduler's or the
+#: simulator's imports, nor rich for ``detect``'s table.
+COMMANDS = {
+    "plugins": "plugins_cmd",
+    "detect": "detect_cmd",
+    "node": "node_cmd",
+    "scheduler": "scheduler_cmd",
+    "fit": "fit_cmd",
+    "simulate": "simulate_cmd",
+}
 
 
 class _Group(click.Group):
     """Shows our own errors as one clear line (they are written for people) instead of a
     traceback; anything else is a bug and keeps its traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            module = importlib.import_module(f"xpushare.cli.{COMMANDS[cmd_name]}")
+            self.add_command(module.command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -50,11 +71,3 @@ def main(log_level: str) -> None:
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-
-
-main.add_command(plugins_cmd.command)
-main.add_command(detect_cmd.command)
-main.add_command(node_cmd.command)
-main.add_command(scheduler_cmd.command)
-main.add_command(fit_cmd.command)
-main.add_command(simulate_cmd.command)

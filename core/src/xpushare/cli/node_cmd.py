@@ -59,14 +59,22 @@ async def _serve(agent: NodeAgent) -> None:
     await agent.run()
 
 
-def _run(config: NodeConfig, kubeconfig: str | None, vendor_config: dict[str, Any]) -> None:
+def _run(
+    config: NodeConfig,
+    kubeconfig: str | None,
+    vendor_config: dict[str, Any],
+    api_server: str | None = None,
+) -> None:
     from xpushare.node import KubeClient, NodeAgent, TaskFailed
     from xpushare.plugins import PluginHost
 
     host = PluginHost.from_environment(node_name=config.node_name, vendor_config=vendor_config)
-    kube = KubeClient.from_environment(
-        config.node_name, kubeconfig=kubeconfig, timeout_s=config.api_timeout_s
-    )
+    if api_server:
+        kube = KubeClient.for_host(config.node_name, api_server, timeout_s=config.api_timeout_s)
+    else:
+        kube = KubeClient.from_environment(
+            config.node_name, kubeconfig=kubeconfig, timeout_s=config.api_timeout_s
+        )
     agent = NodeAgent(config, host, kube)
     try:
         asyncio.run(_serve(agent))
@@ -107,6 +115,28 @@ def _run(config: NodeConfig, kubeconfig: str | None, vendor_config: dict[str, An
     envvar="KUBECONFIG",
     default=None,
     help="Kubeconfig file; in a pod the service account is used instead.",
+)
+@click.option(
+    "--api-server",
+    envvar="XPUSHARE_NODE_API_SERVER",
+    default=None,
+    help="Talk to this API server URL without credentials (e.g. kubectl proxy's) instead of "
+    "the service account or a kubeconfig.",
+)
+@click.option(
+    "--state-dir",
+    envvar="XPUSHARE_NODE_STATE_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where pods allocated here are remembered until released "
+    "[default: <device-plugin-dir>/xpushare-state].",
+)
+@click.option(
+    "--pod-resources-socket",
+    envvar="XPUSHARE_NODE_POD_RESOURCES_SOCKET",
+    default="/var/lib/kubelet/pod-resources/kubelet.sock",
+    show_default=True,
+    help="kubelet's PodResources socket, asked before a pod is released; empty to disable.",
 )
 @click.option(
     "--vendor-config",
@@ -160,6 +190,9 @@ def command(
     metrics_host: str,
     metrics_port: int,
     kubeconfig: str | None,
+    api_server: str | None,
+    state_dir: Path | None,
+    pod_resources_socket: str,
     vendor_config: Path | None,
     detect_interval: float,
     monitor_interval: float,
@@ -192,10 +225,12 @@ def command(
             reconcile_interval_s=reconcile_interval,
             allocate_deadline_s=allocate_deadline,
             partition_lock_path=Path(partition_lock) if partition_lock else None,
+            state_dir=state_dir,
+            pod_resources_socket=Path(pod_resources_socket) if pod_resources_socket else None,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
-        _run(config, kubeconfig, _vendor_config(vendor_config))
+        _run(config, kubeconfig, _vendor_config(vendor_config), api_server)
     except XpushareError as exc:
         raise click.ClickException(str(exc)) from exc

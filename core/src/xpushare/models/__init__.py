@@ -6,7 +6,14 @@ input, so its output is validated against these models at the plugin boundary. N
 does I/O or imports another part of xpushare.
 """
 
-from xpushare.models.allocation import AllocateRequest, ContainerAllocation, DeviceNode, Mount
+from xpushare.models.allocation import (
+    AllocatedContainer,
+    AllocateRequest,
+    ContainerAllocation,
+    DeviceNode,
+    Mount,
+    ReleaseRequest,
+)
 from xpushare.models.assignment import ContainerAssignment, DeviceSlice, PodAssignment
 from xpushare.models.device import Device, LinkKind, PartitionProfile, TopologyLink
 from xpushare.models.fit import FitReason, FitResult, NodeFit
@@ -26,6 +33,7 @@ __all__ = [
     "API_VERSION",
     "AdmissionGuard",
     "AllocateRequest",
+    "AllocatedContainer",
     "ContainerAllocation",
     "ContainerAssignment",
     "ContainerRequest",
@@ -49,6 +57,7 @@ __all__ = [
     "PodAssignment",
     "PodRef",
     "PodView",
+    "ReleaseRequest",
     "ResourceNames",
     "TopologyLink",
     "VendorSpec",

@@ -16,8 +16,9 @@ loaded vendor:
 * **monitor**: samples into a snapshot the metrics endpoint serves;
 * **device plugin**: one gRPC server registered with kubelet, in generations.
 
-And once per node: the inventory publisher (annotations, labels, handoff repair) and the
-HTTP endpoints (``/metrics``, ``/healthz``, ``/readyz``) on the same event loop.
+And once per node: the release tracker (frees what an ended pod's vendors created,
+node/release.py), the inventory publisher (annotations, labels, handoff repair) and the HTTP
+endpoints (``/metrics``, ``/healthz``, ``/readyz``) on the same event loop.
 """
 
 from __future__ import annotations
@@ -34,9 +35,13 @@ from xpushare.native import LibraryThreadStuck, NativeCallTimeout, NativeError
 from xpushare.node.allocate import Allocator
 from xpushare.node.deviceplugin import DevicePluginService, PluginServer, PluginStatus
 from xpushare.node.devices import VendorDevices
+from xpushare.node.dirwatch import DirectoryWatch
 from xpushare.node.http import serve_http
 from xpushare.node.inventory import InventoryPublisher
+from xpushare.node.ledger import ReleaseLedger
 from xpushare.node.metrics import STALE_PERIODS, AgentMetrics, MonitorStore
+from xpushare.node.podresources import PodResources
+from xpushare.node.release import ReleaseTracker
 from xpushare.node.tasks import TaskGroup
 
 if TYPE_CHECKING:
@@ -76,12 +81,25 @@ class NodeAgent:
             monitor=self.monitor,
             plugins=self.plugin_statuses,
         )
+        self.ledger = ReleaseLedger(config.ledger_dir)
+        socket = config.pod_resources_socket
+        self.releases = ReleaseTracker(
+            kube=kube,
+            ledger=self.ledger,
+            vendors=host.vendors,
+            config=config,
+            pod_resources=PodResources(socket, timeout_s=config.api_timeout_s) if socket else None,
+            ready=lambda vendor: vendor in self._started,
+            on_error=lambda vendor: self.metrics.hook_errors.labels(vendor, "release").inc(),
+        )
         self.allocator = Allocator(
             kube=kube,
             vendors=host.vendors,
             devices=self.devices,
             deadline_s=config.allocate_deadline_s,
             clock=clock,
+            ledger=self.ledger,
+            on_allocated=self.releases.allocated,
         )
         self.publisher = InventoryPublisher(
             kube=kube,
@@ -91,6 +109,7 @@ class NodeAgent:
             on_error=self.metrics.api_errors.inc,
         )
         self.group = TaskGroup(f"node agent {self.node}")
+        self.dirwatch = DirectoryWatch(config.device_plugin_dir)
         self.http_port: int | None = None
         self._rescan = {name: asyncio.Event() for name in host.vendors}
         self._started: set[str] = set()
@@ -101,8 +120,19 @@ class NodeAgent:
     async def run(self) -> None:
         """Run every part until :meth:`stop`; raises :class:`TaskFailed` when a part failed."""
         try:
+            if not self.dirwatch.start():
+                log.info(
+                    "polling %s every %g s",
+                    self.config.device_plugin_dir,
+                    self.config.socket_poll_s,
+                )
             self.group.spawn("http", partial(serve_http, self))
             self.group.spawn("inventory", self.publisher.run)
+            # Read before any Allocate can add to it: a restart starts from what was left.
+            await asyncio.to_thread(self.ledger.load)
+            self.group.spawn("release/api", self.releases.run_api)
+            self.group.spawn("release/kubelet", self.releases.run_kubelet)
+            self.group.spawn("release/pass", self.releases.run_release)
             for vendor in sorted(self.host.vendors):
                 self.group.spawn(f"{vendor}/start", partial(self._start_vendor, vendor))
             if self.config.partition_lock_path is not None:
@@ -110,6 +140,7 @@ class NodeAgent:
             await self.group.wait()
         finally:
             await self.group.stop()
+            self.dirwatch.close()
             await asyncio.to_thread(self._shutdown_vendors)
 
     async def stop(self) -> None:
@@ -178,6 +209,7 @@ class NodeAgent:
                 self.publisher.poke()
                 await asyncio.sleep(self.config.detect_interval_s)
         self._started.add(vendor)
+        self.releases.poke()  # pods that ended while it could not be asked
         await self._detect(vendor)
         service = DevicePluginService(
             vendor=vendor,
@@ -186,7 +218,7 @@ class NodeAgent:
             allocator=self.allocator,
             observe=partial(self._observe, vendor),
         )
-        self.plugins[vendor] = PluginServer(service, self.config)
+        self.plugins[vendor] = PluginServer(service, self.config, watch=self.dirwatch)
         self._signal()
         self.group.spawn(f"{vendor}/device-plugin", self.plugins[vendor].run)
         self.group.spawn(f"{vendor}/detect", partial(self._detect_loop, vendor))

@@ -45,10 +45,17 @@ from xpushare.codec import (
     parse_term,
 )
 from xpushare.errors import CodecError, PluginError, VendorUnavailable, XpushareError
-from xpushare.models import AllocateRequest, ContainerAllocation, ContainerAssignment, PodRef
+from xpushare.models import (
+    AllocatedContainer,
+    AllocateRequest,
+    ContainerAllocation,
+    ContainerAssignment,
+    PodRef,
+)
 from xpushare.native import LibraryThreadStuck, NativeCallTimeout, NativeError
 from xpushare.node.devices import physical_id
 from xpushare.node.kube import KubeConflict, KubeError
+from xpushare.node.ledger import LedgerError, pod_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +63,7 @@ if TYPE_CHECKING:
     from xpushare.models import Device, PodAssignment
     from xpushare.node.devices import VendorDevices
     from xpushare.node.kube import JsonObject, NodeKube
+    from xpushare.node.ledger import ReleaseLedger
     from xpushare.plugins import VendorHandle
 
 log = logging.getLogger(__name__)
@@ -109,6 +117,8 @@ class _Pending:
     assignment: PodAssignment
     via_handoff: bool
     node: JsonObject | None = None
+    #: The pod's annotations as read, for the vendor's per-pod settings (e.g. a QoS policy).
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 def _containers(assignment: PodAssignment, vendor: str) -> list[ContainerAssignment]:
@@ -124,6 +134,15 @@ def _pod_ref(pod: JsonObject) -> PodRef:
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
     )
+
+
+def _annotations(pod: JsonObject) -> dict[str, str]:
+    # The API server validates annotations as strings (256 KiB in all); anything else is
+    # not an annotation a vendor could mean, and is left out rather than failing the pod.
+    raw = (pod.get("metadata") or {}).get("annotations") or {}
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _key(pod: PodRef) -> str:
@@ -145,8 +164,12 @@ class Allocator:
         devices: Mapping[str, VendorDevices],
         deadline_s: float,
         clock: Callable[[], float] = time.time,
+        ledger: ReleaseLedger | None = None,
+        on_allocated: Callable[[str], None] = lambda key: None,
     ) -> None:
         self.kube = kube
+        self.ledger = ledger
+        self._on_allocated = on_allocated
         self.node = kube.node_name
         self._vendors = vendors
         self._devices = devices
@@ -204,9 +227,11 @@ class Allocator:
             resource_name=resource,
             slices=container.devices,
             devices=tuple(inventory),
+            pod_annotations=dict(pending.annotations),
         )
         # The vendor's own timeout ends a little before Allocate's, so a hung library is
         # reported as such (and marks its thread stuck) rather than as a plain deadline.
+        noted = await self._note(handle, pod, vendor, container, what)
         remaining = deadline - asyncio.get_running_loop().time()
         timeout = max(0.05, remaining - VENDOR_MARGIN_S)
         try:
@@ -220,6 +245,8 @@ class Allocator:
                 Status.INTERNAL,
                 f"{what} for pod {pod} container {container.container!r}: {exc}",
             ) from exc
+        if noted is not None and self.ledger is not None:
+            await self._keep_record(pod, vendor, noted, result, what)
         progress = self._progress.setdefault(_key(pod), _Progress(pod))
         progress.served.setdefault(vendor, set()).add(index)
         progress.touched = self._clock()
@@ -235,6 +262,51 @@ class Allocator:
         self._forget_old()
         return result
 
+    async def _note(
+        self,
+        handle: VendorHandle,
+        pod: PodRef,
+        vendor: str,
+        container: ContainerAssignment,
+        what: str,
+    ) -> AllocatedContainer | None:
+        """Write the container to the release ledger before its vendor may create anything.
+
+        Only for vendors that release (the others create nothing to free). A ledger that
+        cannot take it refuses the Allocate: nothing is created that could not be freed.
+        """
+        if self.ledger is None or not handle.implements("xpushare_release"):
+            return None
+        noted = AllocatedContainer(
+            container=container.container, init=container.init, slices=container.devices
+        )
+        try:
+            await self.ledger.begin(pod, vendor, noted)
+        except (LedgerError, OSError) as exc:
+            raise AllocateError(
+                Status.UNAVAILABLE,
+                f"{what} for pod {pod}: cannot remember it for release: {exc}. The node agent "
+                f"needs a writable state directory ({self.ledger.directory})",
+            ) from exc
+        self._on_allocated(pod_key(pod))
+        return noted
+
+    async def _keep_record(
+        self,
+        pod: PodRef,
+        vendor: str,
+        noted: AllocatedContainer,
+        result: ContainerAllocation,
+        what: str,
+    ) -> None:
+        assert self.ledger is not None
+        try:
+            await self.ledger.complete(pod, vendor, noted, result.record)
+        except OSError as exc:
+            # The container is served; its entry keeps a null record, and release then finds
+            # what was created by the pod's uid and the container's name.
+            log.error("%s for pod %s: cannot keep the vendor's record: %s", what, pod, exc)
+
     def _physical(self, vendor: str, kubelet_ids: Sequence[str], what: str) -> list[str]:
         physical: list[str] = []
         for kid in kubelet_ids:
@@ -244,6 +316,13 @@ class Allocator:
                     Status.INVALID,
                     f"{what}: {kid!r} is not an xpushare device id (<device>::<share>); another "
                     "device plugin may have registered the same resource name",
+                )
+            if not self._devices[vendor].advertises(kid):
+                raise AllocateError(
+                    Status.INVALID,
+                    f"{what}: {kid!r} is not a device this {vendor} plugin advertised; another "
+                    "device plugin may have registered the same resource name, or kubelet's "
+                    "checkpoint names a device of an older node layout",
                 )
             if device in physical:
                 raise AllocateError(
@@ -425,7 +504,7 @@ class Allocator:
             log.info("%s: pod %s was re-created since the handoff; looking for pods", what, ref)
             return None
         assignment = self._assignment(pod, ref, what)
-        return _Pending(ref, assignment, via_handoff=True)
+        return _Pending(ref, assignment, via_handoff=True, annotations=_annotations(pod))
 
     async def _from_listing(
         self, vendor: str, what: str, physical: Sequence[str] | None
@@ -453,9 +532,8 @@ class Allocator:
                 {d.device_id for d in c.devices} == set(physical) for c in waiting
             ):
                 continue
-            candidates.append(
-                (str(meta.get("creationTimestamp") or ""), _Pending(ref, assignment, False))
-            )
+            pending = _Pending(ref, assignment, False, annotations=_annotations(pod))
+            candidates.append((str(meta.get("creationTimestamp") or ""), pending))
         if not candidates:
             raise AllocateError(
                 Status.PRECONDITION,

@@ -73,6 +73,22 @@ class NodeConfig:
     #: When this file disappears, a partition (MIG) change has been applied: re-detect. HAMi's
     #: MIG tooling creates it while it changes the geometry (research/hami-protocol.md §6.6).
     partition_lock_path: Path | None = Path("/tmp/hami/hami-mig-apply.lock")
+    #: Where the release ledger keeps the pods allocated here until they are released
+    #: (node/ledger.py). ``None``: ``<device_plugin_dir>/xpushare-state``, which survives
+    #: agent and kubelet restarts (kubelet deletes only sockets there) with no extra mount.
+    state_dir: Path | None = None
+    #: kubelet's PodResources socket, asked which pods are still active before a pod is
+    #: released (research/k8s-apis.md §2.1); ``None`` or a missing socket: the API server's
+    #: word alone decides.
+    pod_resources_socket: Path | None = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    #: How often PodResources is asked (and the pod list re-read where the client cannot
+    #: watch): two seconds frees an instance soon after its pod ends, at 0.5 calls a second
+    #: against kubelet's limit of 100 (research/k8s-apis.md §2.1).
+    release_poll_s: float = 2.0
+
+    @property
+    def ledger_dir(self) -> Path:
+        return self.state_dir or self.device_plugin_dir / "xpushare-state"
 
     @property
     def kubelet_socket(self) -> Path:
@@ -95,6 +111,7 @@ class NodeConfig:
             "register_timeout_s",
             "allocate_deadline_s",
             "api_timeout_s",
+            "release_poll_s",
         ):
             value = getattr(self, name)
             if not value > 0:

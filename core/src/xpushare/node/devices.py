@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 #: Separator between a physical device id and the share number in a kubelet device id.
 REPLICA_SEPARATOR = "::"
 
+#: Digits of a share number: a device has at most a few hundred share slots, so a longer
+#: number in an id kubelet sends is not ours (and is never turned into a huge integer).
+MAX_SHARE_DIGITS = 6
+
 #: ``starting``: not detected yet; ``inactive``: the vendor's library or hardware is absent
 #: here (the reason says which); ``ok``/``no-devices``/``error``: as the inventory annotation.
 VendorState = Literal["starting", "inactive", "ok", "no-devices", "error"]
@@ -163,6 +167,12 @@ class VendorDevices:
         while self._view.version == seen:
             await self._changed.wait()
         return self._view
+
+    def advertises(self, kubelet_id: str) -> bool:
+        """Whether *kubelet_id* is one of the ids this vendor's plugin has listed to kubelet."""
+        device, _, n = kubelet_id.rpartition(REPLICA_SEPARATOR)
+        slots, _ = self._advertised.get(device, (0, None))
+        return n.isdigit() and len(n) <= MAX_SHARE_DIGITS and int(n) < slots
 
     # -- derived -----------------------------------------------------------------------------
 

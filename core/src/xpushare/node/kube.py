@@ -1,16 +1,18 @@
 """The node agent's only door to the Kubernetes API: its own node, and the pods bound to it.
 
-Why a module of its own: the agent needs four calls (read its node, merge-patch its node's
-annotations and labels, read a pod, list the node's pods), and keeping them behind the small
-:class:`NodeKube` protocol lets tests run the agent against a local fake API server with the
-real client, and plugin authors against an in-memory one (``xpushare.testing``).
+Why a module of its own: the agent needs five calls (read its node, merge-patch its node's
+annotations and labels, read a pod, list and watch the node's pods), and keeping them behind
+the small :class:`NodeKube` protocol lets tests run the agent against a local fake API server
+over HTTP, and plugin authors against an in-memory one (``xpushare.testing``).
 
-Why the official client's low-level ``ApiClient`` and raw JSON rather than ``CoreV1Api``:
-``CoreV1Api`` deserialises into generated models and importing them costs about 90 MiB of
-RSS (measured here: 48 MiB for ``kubernetes.client`` alone, 142 MiB once ``CoreV1Api`` is
-touched), which would blow the node agent's 64 MiB budget (DESIGN.md §9) for objects we read
-three fields of. The client still does what it is for: configuration (in-cluster service
-account or kubeconfig), TLS, auth and connection pooling.
+Why urllib3 and raw JSON rather than the official ``kubernetes`` client: the client's package
+imports all its generated models, about 11 MiB of RSS in the agent (20 MiB on its own; 142
+MiB once ``CoreV1Api`` is touched), against the agent's 64 MiB budget (DESIGN.md §9), for
+objects we read three fields of. urllib3 (the client's own transport, 2 MiB) does TLS and
+connection pooling; in a pod the service account is read here (the token file again on
+every request, since projected tokens rotate in place). Outside a pod the official kubeconfig
+loader is imported on demand, so exec plugins and the rest of kubeconfig keep working where
+memory does not matter.
 
 Calls are blocking (urllib3), so each runs on a small thread pool of its own and the event
 loop awaits it; every request has a timeout, so a hung API server cannot hold Allocate.
@@ -19,16 +21,21 @@ loop awaits it; every request has a timeout, so a hung API server cannot hold Al
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from xpushare.errors import XpushareError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
 JsonObject = dict[str, Any]
 
@@ -39,8 +46,24 @@ MERGE_PATCH = "application/merge-patch+json"
 #: have one request in flight; more would only add memory (one malloc arena per thread).
 API_THREADS = 3
 
+#: Longest line of a watch stream read: one event is one object, and the API server stores
+#: objects of at most 1.5 MiB (etcd's request limit); 4 MiB leaves room for the envelope.
+MAX_WATCH_LINE = 4 << 20
+
+#: Bytes asked of the socket at a time while watching.
+WATCH_READ = 64 << 10
+
+#: Events buffered between the watch thread and the loop: the thread waits when the loop
+#: falls behind, so a burst of deletions costs at most this many objects of memory.
+WATCH_QUEUE = 64
+
 #: What the service account of an in-cluster pod carries; its presence selects in-cluster auth.
 _IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+
+#: Where kubelet mounts a pod's service account token and the cluster's CA.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+USER_AGENT = "xpushare-node"
 
 
 class KubeError(XpushareError):
@@ -97,30 +120,92 @@ def _explain(status: int, what: str, body: bytes) -> KubeError:
     return KubeError(f"{what}: HTTP {status}: {message or '(no message)'}; {hint}", status)
 
 
-class KubeClient:
-    """:class:`NodeKube` over the official ``kubernetes`` client (raw JSON, see module doc)."""
+@dataclass(frozen=True)
+class ApiEndpoint:
+    """Where the API server is and how to authenticate to it."""
 
-    def __init__(
-        self,
-        node_name: str,
-        configuration: Any,
-        *,
-        timeout_s: float = 3.0,
-    ) -> None:
-        from kubernetes.client import ApiClient
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    #: The ``Authorization`` header value, asked before every request (tokens rotate).
+    authorization: Callable[[], str | None] = lambda: None
+
+
+def _in_cluster(env: Mapping[str, str]) -> ApiEndpoint:
+    host, port = env[_IN_CLUSTER_ENV], env.get("KUBERNETES_SERVICE_PORT", "443")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 service address
+    token_path = Path(SERVICE_ACCOUNT_DIR) / "token"
+    ca = Path(SERVICE_ACCOUNT_DIR) / "ca.crt"
+    if not token_path.is_file() or not ca.is_file():
+        raise KubeError(
+            f"cannot configure the Kubernetes client: no service account token under "
+            f"{SERVICE_ACCOUNT_DIR}; mount the pod's service account (automountServiceAccount"
+            "Token) or pass --kubeconfig"
+        )
+
+    def bearer() -> str | None:
+        # Re-read every time: projected tokens are rotated in place (about hourly).
+        try:
+            return "Bearer " + token_path.read_text().strip()
+        except OSError:
+            return None
+
+    return ApiEndpoint(host=f"https://{host}:{port}", ca_file=str(ca), authorization=bearer)
+
+
+def _from_kubeconfig(kubeconfig: str | None) -> ApiEndpoint:
+    # Outside a pod only (a developer's machine, kubectl-style files with exec plugins):
+    # the official loader is imported here, so an in-cluster agent never pays its memory.
+    from kubernetes import config
+    from kubernetes.client import Configuration
+
+    configuration: Any = Configuration()
+    loader: Any = config  # the loaders are untyped
+    try:
+        loader.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    except config.ConfigException as exc:
+        raise KubeError(
+            f"cannot configure the Kubernetes client: {exc}. In a pod, mount the service "
+            "account token; elsewhere pass --kubeconfig or set KUBECONFIG."
+        ) from exc
+    return ApiEndpoint(
+        host=str(configuration.host).rstrip("/"),
+        ca_file=configuration.ssl_ca_cert,
+        cert_file=configuration.cert_file,
+        key_file=configuration.key_file,
+        verify=bool(configuration.verify_ssl),
+        # Refreshes exec-plugin and file tokens as the official client does.
+        authorization=lambda: configuration.get_api_key_with_prefix("authorization"),
+    )
+
+
+class KubeClient:
+    """:class:`NodeKube` over urllib3 with raw JSON (see the module docstring for why)."""
+
+    def __init__(self, node_name: str, endpoint: ApiEndpoint, *, timeout_s: float = 3.0) -> None:
+        import urllib3
 
         self.node_name = node_name
         self.timeout_s = timeout_s
-        self._api: Any = ApiClient(configuration)
+        self.endpoint = endpoint
+        self._host = endpoint.host.rstrip("/")
+        self._http: Any = urllib3.PoolManager(
+            num_pools=2,
+            maxsize=API_THREADS + 1,
+            cert_reqs="CERT_REQUIRED" if endpoint.verify else "CERT_NONE",
+            ca_certs=endpoint.ca_file,
+            cert_file=endpoint.cert_file,
+            key_file=endpoint.key_file,
+        )
         self._pool = ThreadPoolExecutor(API_THREADS, thread_name_prefix="xpushare-kube")
 
     @classmethod
     def for_host(cls, node_name: str, host: str, *, timeout_s: float = 3.0) -> KubeClient:
         """A client of a plain-HTTP API server at *host* (tests, ``kubectl proxy``)."""
-        from kubernetes.client import Configuration
-
-        configuration = Configuration(host=host.rstrip("/"))
-        return cls(node_name, configuration, timeout_s=timeout_s)
+        return cls(node_name, ApiEndpoint(host=host.rstrip("/")), timeout_s=timeout_s)
 
     @classmethod
     def from_environment(
@@ -132,23 +217,12 @@ class KubeClient:
         timeout_s: float = 3.0,
     ) -> KubeClient:
         """In-cluster credentials in a pod, else *kubeconfig* (or ``$KUBECONFIG``/``~/.kube``)."""
-        from kubernetes import config
-        from kubernetes.client import Configuration
-
         env = os.environ if environ is None else environ
-        configuration = Configuration()
-        loader: Any = config  # the loaders are untyped
-        try:
-            if kubeconfig is None and _IN_CLUSTER_ENV in env:
-                loader.load_incluster_config(client_configuration=configuration)
-            else:
-                loader.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        except config.ConfigException as exc:
-            raise KubeError(
-                f"cannot configure the Kubernetes client: {exc}. In a pod, mount the service "
-                "account token; elsewhere pass --kubeconfig or set KUBECONFIG."
-            ) from exc
-        return cls(node_name, configuration, timeout_s=timeout_s)
+        if kubeconfig is None and _IN_CLUSTER_ENV in env:
+            endpoint = _in_cluster(env)
+        else:
+            endpoint = _from_kubeconfig(kubeconfig)
+        return cls(node_name, endpoint, timeout_s=timeout_s)
 
     # -- NodeKube ----------------------------------------------------------------------------
 
@@ -190,6 +264,113 @@ class KubeClient:
             if isinstance(p, dict) and (p.get("spec") or {}).get("nodeName") == self.node_name
         ]
 
+    async def list_node_pods_at(self) -> tuple[list[JsonObject], str]:
+        """:meth:`list_node_pods` and the list's resourceVersion, to watch from."""
+        found = await self._call(
+            "GET",
+            "/api/v1/pods",
+            query=[("fieldSelector", f"spec.nodeName={self.node_name}")],
+            what=f"list pods of node {self.node_name}",
+        )
+        found = found or {}
+        items = [
+            p
+            for p in found.get("items") or []
+            if isinstance(p, dict) and (p.get("spec") or {}).get("nodeName") == self.node_name
+        ]
+        return items, str((found.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch_node_pods(
+        self, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[JsonObject]:
+        """Pod events of this node after *resource_version*, until the server ends the watch.
+
+        The stream is read by a thread of its own (urllib3 blocks) and handed over through a
+        small queue; an ``ERROR`` event (410 Gone when the version is too old) is raised as
+        :class:`KubeError` with its status, so the caller lists again.
+        """
+        what = f"watch pods of node {self.node_name}"
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[JsonObject | BaseException | None] = asyncio.Queue(WATCH_QUEUE)
+        stop = False
+        since = [("resourceVersion", resource_version)] if resource_version else []
+
+        opened: list[Any] = []
+
+        def put(item: JsonObject | BaseException | None) -> None:
+            if stop or loop.is_closed():
+                return
+            with contextlib.suppress(RuntimeError, concurrent.futures.CancelledError):
+                asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+
+        def read() -> None:
+            try:
+                response = self._open_stream(
+                    "GET",
+                    "/api/v1/pods",
+                    [
+                        ("fieldSelector", f"spec.nodeName={self.node_name}"),
+                        ("watch", "true"),
+                        ("allowWatchBookmarks", "true"),
+                        ("timeoutSeconds", str(timeout_s)),
+                        *since,
+                    ],
+                    timeout_s,
+                )
+                opened.append(response)
+                try:
+                    if not 200 <= response.status < 300:
+                        put(_explain(int(response.status), what, bytes(response.read() or b"")))
+                        return
+                    # read1: what has arrived, not a full buffer (an event must not wait
+                    # for the next ones); lines are cut here, each bounded.
+                    pending = b""
+                    while not stop:
+                        chunk = response.read1(WATCH_READ)
+                        if not chunk:
+                            break
+                        pending += chunk
+                        *lines, pending = pending.split(b"\n")
+                        if len(pending) > MAX_WATCH_LINE:
+                            put(KubeError(f"{what}: an event longer than {MAX_WATCH_LINE} bytes"))
+                            return
+                        for line in lines:
+                            if line.strip():
+                                put(json.loads(line))
+                finally:
+                    response.release_conn()
+            except Exception as exc:
+                put(exc if isinstance(exc, KubeError) else KubeError(f"{what}: {exc}"))
+            finally:
+                put(None)
+
+        # The watch blocks its thread for a whole stream, so it gets one of its own: a
+        # daemon thread, which a process that is stopping does not wait for.
+        threading.Thread(target=read, name="xpushare-watch", daemon=True).start()
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if not isinstance(item, dict):
+                    continue
+                if item.get("type") == "ERROR":
+                    obj = item.get("object") or {}
+                    status = int(obj.get("code") or 500) if isinstance(obj, dict) else 500
+                    raise KubeError(f"{what}: {str(obj)[:300]}", status)
+                yield item
+        finally:
+            stop = True
+            # Wake the thread out of its read (a stop must not wait for the server to end
+            # the stream) and out of a wait on a full queue.
+            for response in opened:
+                with contextlib.suppress(Exception):
+                    response.shutdown()
+            while not queue.empty():
+                queue.get_nowait()
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _node_path(self) -> str:
@@ -224,6 +405,18 @@ class KubeClient:
             raise KubeError(f"{what}: the API server answered with {type(decoded).__name__}")
         return decoded
 
+    def _url(self, path: str, query: list[tuple[str, str]] | None) -> str:
+        return self._host + path + (f"?{urlencode(query)}" if query else "")
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        authorization = self.endpoint.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        return headers
+
     def _request(
         self,
         method: str,
@@ -231,24 +424,35 @@ class KubeClient:
         body: JsonObject | None,
         query: list[tuple[str, str]] | None,
     ) -> tuple[int, bytes]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = MERGE_PATCH
-        method, url, headers, payload, _ = self._api.param_serialize(
+        import urllib3
+
+        response = self._http.request(
             method,
-            path,
-            query_params=query,
-            header_params=headers,
-            body=body,
-            # The generated APIs name this scheme; without it no token is sent (the
-            # in-cluster loader also refreshes the token file into it).
-            auth_settings=["BearerToken"],
+            self._url(path, query),
+            body=None if body is None else json.dumps(body).encode(),
+            headers=self._headers(MERGE_PATCH if body is not None else None),
+            timeout=urllib3.Timeout(total=self.timeout_s),
+            retries=False,
+            redirect=False,
         )
-        response: Any = self._api.call_api(
-            method, url, headers, payload, _request_timeout=self.timeout_s
+        return int(response.status), bytes(response.data or b"")
+
+    def _open_stream(
+        self, method: str, path: str, query: list[tuple[str, str]], timeout_s: int
+    ) -> Any:
+        import urllib3
+
+        return self._http.request(
+            method,
+            self._url(path, query),
+            headers=self._headers(),
+            # Connect bound as for every call; reads may wait for the whole watch.
+            timeout=urllib3.Timeout(connect=self.timeout_s, read=timeout_s + 30),
+            retries=False,
+            redirect=False,
+            preload_content=False,
         )
-        return int(response.status), bytes(response.read() or b"")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._api.close()
+        self._http.clear()

@@ -31,6 +31,7 @@ from xpushare.models import (
     NodeView,
     PodAssignment,
     PodView,
+    ReleaseRequest,
     VendorSpec,
 )
 from xpushare.models.request import MAX_DEVICE_COUNT, MAX_DEVICE_MEMORY_MIB
@@ -439,6 +440,15 @@ class VendorHandle:
     ) -> ContainerAllocation:
         raw = await self._aon_thread("xpushare_allocate", timeout_s, request=request)
         return self._allocation(raw)
+
+    def release(self, request: ReleaseRequest, timeout_s: float = DEFAULT_NODE_TIMEOUT_S) -> None:
+        """Free what the vendor created for an ended pod (a broadcast: nothing is returned)."""
+        self._on_thread("xpushare_release", timeout_s, request=request)
+
+    async def arelease(
+        self, request: ReleaseRequest, timeout_s: float = DEFAULT_NODE_TIMEOUT_S
+    ) -> None:
+        await self._aon_thread("xpushare_release", timeout_s, request=request)
 
     def _preferred(
         self, raw: Any, available: Sequence[str], must_include: Sequence[str], size: int

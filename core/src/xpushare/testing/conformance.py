@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -48,7 +49,7 @@ from xpushare.testing.kube import InMemoryKube
 from xpushare.testing.kubelet import ContainerSpec, FakeKubelet, valid_extended_resource_name
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterator, Mapping
+    from collections.abc import Callable, Generator, Iterator, Mapping
 
     from xpushare.models import Device
     from xpushare.plugins import VendorHandle
@@ -112,6 +113,25 @@ class ThreadProbe:
     def xpushare_preferred_allocation(self, ctx: Any) -> Generator[None, Any, Any]:
         self._seen("xpushare_preferred_allocation", ctx)
         return (yield)
+
+
+def _serves(kubelet: FakeKubelet, resource: str) -> bool:
+    return kubelet.allocatable(resource) > 0
+
+
+def _at_most(agent: NodeAgent, pods: int) -> bool:
+    return len(agent.ledger) <= pods
+
+
+async def _until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    async def wait() -> None:
+        while not check():
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.wait_for(wait(), timeout_s)
+    except TimeoutError:
+        raise AssertionError(f"not reached within {timeout_s:g} s: {what}") from None
 
 
 @contextlib.contextmanager
@@ -317,6 +337,104 @@ class VendorConformance:
                     with contextlib.suppress(Exception):
                         await run
                     host.close()
+
+    # -- release -------------------------------------------------------------------------------
+
+    #: Pods allocated and ended in the release check, over :attr:`churn_sessions` agent
+    #: processes (pods end while an agent runs and while none does).
+    churn_pods: ClassVar[int] = 1000
+    churn_sessions: ClassVar[int] = 4
+
+    def created(self, config: Mapping[str, Any]) -> list[str] | None:
+        """What the vendor's allocate has created on the node and not freed yet (directories,
+        instances, configurations), one name each; ``None``: it creates nothing at Allocate.
+
+        A vendor that creates something must implement ``xpushare_release`` and this."""
+        return None
+
+    def test_release_frees_what_allocate_created(self, config: Mapping[str, Any]) -> None:
+        asyncio.run(self._churn(config))
+
+    async def _churn(self, config: Mapping[str, Any]) -> None:
+        made = self.created(config)
+        pods = self.churn_pods if made is not None else min(self.churn_pods, 20)
+        sessions = max(1, self.churn_sessions)
+        per_session = max(2, pods // sessions)
+        kube = InMemoryKube(self.node_name)
+        alive: list[tuple[Any, str]] = []
+        with _short_dir() as plugin_dir:
+            async with FakeKubelet(plugin_dir, dial_timeout_s=5.0) as kubelet:
+                for session in range(sessions + 1):
+                    host = self.make_host(config)
+                    if made is not None:
+                        handle = host.vendor(self.vendor)
+                        assert handle.implements("xpushare_release"), (
+                            f"vendor {self.vendor} creates {made or 'things'} at Allocate and "
+                            "must implement xpushare_release to free them"
+                        )
+                    agent = NodeAgent(self._churn_config(plugin_dir), host, kube)
+                    resource = host.vendor(self.vendor).spec.resource_names.count
+                    run = asyncio.create_task(agent.run())
+                    try:
+                        await kubelet.wait_until(partial(_serves, kubelet, resource), timeout_s=30)
+                        if session == sessions:
+                            await _until(partial(_at_most, agent, 0), "every pod released")
+                            break
+                        devices = agent.devices[self.vendor].view.devices
+                        # At most half of kubelet's shares are held at once, so each pod's
+                        # assigned device always has one free.
+                        keep = max(1, sum(d.share_slots for d in devices) // 2)
+                        alive = []
+                        for i in range(per_session):
+                            if len(alive) >= keep:  # the oldest ends while this agent runs
+                                pod, _ = alive.pop(0)
+                                kube.remove_pod(pod.namespace, pod.name)
+                                kubelet.remove_pod(pod.uid)
+                            held = [device_id for _, device_id in alive]
+                            device = min(devices, key=lambda d: held.count(d.id) / d.share_slots)
+                            pod = kube.add_pod(f"churn-{session}-{i}")
+                            piece = DeviceSlice(
+                                device_id=device.id,
+                                memory_mib=min(device.memory_mib, 256),
+                                compute_percent=1,
+                            )
+                            main = ContainerAssignment(
+                                container="main", vendor=self.vendor, devices=(piece,)
+                            )
+                            kube.bind(pod, PodAssignment(node=self.node_name, containers=(main,)))
+                            await kubelet.admit_pod(pod.uid, [ContainerSpec("main", {resource: 1})])
+                            alive.append((pod, device.id))
+                        await _until(
+                            partial(_at_most, agent, len(alive)),
+                            "the pods that ended released while the agent runs",
+                        )
+                    finally:
+                        await agent.stop()
+                        with contextlib.suppress(Exception):
+                            await run
+                        host.close()
+                    for pod, _ in alive:  # the rest end while no agent runs
+                        kube.remove_pod(pod.namespace, pod.name)
+                        kubelet.remove_pod(pod.uid)
+        left = self.created(config)
+        assert not left, f"vendor {self.vendor}: left behind after every pod ended: {left[:10]}"
+
+    def _churn_config(self, plugin_dir: Path) -> NodeConfig:
+        return NodeConfig(
+            node_name=self.node_name,
+            device_plugin_dir=plugin_dir,
+            metrics_host="127.0.0.1",
+            metrics_port=0,
+            socket_poll_s=0.02,
+            register_retry_s=0.02,
+            # Each Allocate of a releasing vendor fsyncs the ledger, which a busy test
+            # machine can make slow; this check is about what is left, not about speed.
+            allocate_deadline_s=max(self.allocate_deadline_s, 20.0),
+            partition_lock_path=None,
+            pod_resources_socket=None,
+            release_poll_s=0.02,
+            monitor_interval_s=5.0,
+        )
 
     def test_shutdown_is_clean(self, handle: VendorHandle, devices: tuple[Device, ...]) -> None:
         thread = handle.context.library

@@ -15,6 +15,10 @@ for ``/var/lib/kubelet/device-plugins``::
         result["main"].envs  # what the container would get
         await kubelet.restart()  # wipes the sockets: the plugin must register again
 
+With ``pod_resources_socket`` it also serves kubelet's PodResources ``List`` there (the pods
+admitted and not removed, by namespace and name, research/k8s-apis.md §2), so a release
+that waits for kubelet to let go of a pod can be tested.
+
 It runs on the caller's event loop (``grpc.aio``), so the plugin under test can share it.
 Keep *plugin_dir* short: a unix socket path has at most 107 bytes.
 """
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from xpushare.node.deviceplugin.proto import pb, pb_grpc
+from xpushare.node.podresources import pr, pr_grpc
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -163,8 +168,13 @@ class FakeKubelet:
         dial_timeout_s: float = DIAL_TIMEOUT_S,
         grace_period_s: float = GRACE_PERIOD_S,
         seed: int | None = 0,
+        pod_resources_socket: Path | None = None,
     ) -> None:
         self.plugin_dir = plugin_dir
+        #: Where kubelet's PodResources API is served (``None``: not served, as on a kubelet
+        #: without it); it lists the admitted pods not removed, by namespace and name.
+        self.pod_resources_socket = pod_resources_socket
+        self.pod_resources_calls = 0
         self.socket = plugin_dir / KUBELET_SOCKET
         self.dial_timeout_s = dial_timeout_s
         self.grace_period_s = grace_period_s
@@ -176,6 +186,8 @@ class FakeKubelet:
         self._server: grpc.aio.Server | None = None
         self._endpoints: dict[str, _Endpoint] = {}
         self._allocations: list[_Allocation] = []
+        self._names: dict[str, tuple[str, str]] = {}  # pod uid -> (namespace, name)
+        self._pod_resources: grpc.aio.Server | None = None
         self._changed = asyncio.Event()
 
     # -- life cycle --------------------------------------------------------------------------
@@ -201,6 +213,12 @@ class FakeKubelet:
         server.add_insecure_port(f"unix://{self.socket}")
         await server.start()
         self._server = server
+        if self.pod_resources_socket is not None:
+            lister = grpc.aio.server()
+            pr_grpc.add_PodResourcesListerServicer_to_server(_PodResourcesLister(self), lister)
+            lister.add_insecure_port(f"unix://{self.pod_resources_socket}")
+            await lister.start()
+            self._pod_resources = lister
         self.started_at = time.monotonic()
         self._notify()
 
@@ -209,6 +227,9 @@ class FakeKubelet:
         if self._server is not None:
             await self._server.stop(0)
             self._server = None
+        if self._pod_resources is not None:
+            await self._pod_resources.stop(0)
+            self._pod_resources = None
         for endpoint in list(self._endpoints.values()):
             await self._disconnect(endpoint)
         self._notify()
@@ -418,7 +439,12 @@ class FakeKubelet:
     # -- pod admission ---------------------------------------------------------------------------
 
     async def admit_pod(
-        self, pod_uid: str, containers: Sequence[ContainerSpec]
+        self,
+        pod_uid: str,
+        containers: Sequence[ContainerSpec],
+        *,
+        namespace: str = "default",
+        name: str | None = None,
     ) -> dict[str, ContainerResult]:
         """Admit a pod as kubelet's device manager does (research/k8s-apis.md §1.4).
 
@@ -429,6 +455,7 @@ class FakeKubelet:
         """
         ordered = [c for c in containers if c.init] + [c for c in containers if not c.init]
         results: dict[str, ContainerResult] = {}
+        self._names[pod_uid] = (namespace, name or pod_uid)
         try:
             for container in ordered:
                 result = ContainerResult(container.name)
@@ -457,8 +484,9 @@ class FakeKubelet:
         return results
 
     def remove_pod(self, pod_uid: str) -> None:
-        """The pod is gone: its devices are free again."""
+        """The pod is gone: its devices are free again, and PodResources no longer lists it."""
         self._allocations = [a for a in self._allocations if a.pod_uid != pod_uid]
+        self._names.pop(pod_uid, None)
         self._notify()
 
     async def _devices_for(
@@ -523,6 +551,31 @@ class FakeKubelet:
             _Allocation(pod_uid, container.name, resource, picked, container.init)
         )
         return picked
+
+    def _list_pod_resources(self) -> Any:
+        # Active pods, with the devices of each container (kubelet lists app containers).
+        self.pod_resources_calls += 1
+        response = pr.ListPodResourcesResponse()
+        for uid, (namespace, name) in sorted(self._names.items()):
+            pod = pr.PodResources(namespace=namespace, name=name)
+            for a in self._allocations:
+                if a.pod_uid == uid and not a.init:
+                    container = pr.ContainerResources(name=a.container)
+                    container.devices.append(
+                        pr.ContainerDevices(resource_name=a.resource, device_ids=a.device_ids)
+                    )
+                    pod.containers.append(container)
+            response.pod_resources.append(pod)
+        self._notify()
+        return response
+
+
+class _PodResourcesLister(pr_grpc.PodResourcesListerServicer):  # type: ignore[misc]
+    def __init__(self, kubelet: FakeKubelet) -> None:
+        self._kubelet = kubelet
+
+    async def List(self, request: Any, context: Any) -> Any:
+        return self._kubelet._list_pod_resources()
 
 
 class _Registration(pb_grpc.RegistrationServicer):  # type: ignore[misc]

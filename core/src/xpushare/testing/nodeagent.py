@@ -85,6 +85,8 @@ def fast_node_config(node_name: str, plugin_dir: Path, **overrides: Any) -> Node
         register_timeout_s=2.0,
         allocate_deadline_s=2.0,
         partition_lock_path=None,
+        pod_resources_socket=None,
+        release_poll_s=0.02,
     )
     return replace(base, **overrides)
 

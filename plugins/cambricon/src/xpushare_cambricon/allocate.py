@@ -17,7 +17,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final
 
-from xpushare.models import AllocateRequest, ContainerAllocation, Device, DeviceNode, Mount
+from xpushare.models import (
+    AllocateRequest,
+    ContainerAllocation,
+    Device,
+    DeviceNode,
+    Mount,
+    ReleaseRequest,
+)
 from xpushare_cambricon.library import instance_name
 
 if TYPE_CHECKING:
@@ -48,6 +55,11 @@ SPLIT_ENABLE: Final = "CAMBRICON_SPLIT_ENABLE"
 SPLIT_VISIBLE: Final = "CAMBRICON_SPLIT_VISIBLE_DEVICES"
 SPLIT_MEMS: Final = "CAMBRICON_SPLIT_MEMS"
 MIB: Final = 1 << 20
+#: Keys of the release record: the sMLU instance's name, its card's CNDev handle and the
+#: instance handle its creation returned.
+RECORD_NAME: Final = "smlu_instance"
+RECORD_CARD: Final = "card_handle"
+RECORD_MI: Final = "mi_handle"
 
 
 class AllocationError(RuntimeError):
@@ -125,7 +137,30 @@ def allocate(
         devices=tuple(nodes),
         mounts=tuple(mounts),
         annotations={"cambricon.xpushare.io/smlu-instance": instance.uuid or instance.name},
+        record={
+            RECORD_NAME: instance.name,
+            RECORD_CARD: device.extra["handle"],
+            **({RECORD_MI: str(instance.mi_handle)} if instance.mi_handle is not None else {}),
+        },
     )
+
+
+def release(cndev: Cndev, request: ReleaseRequest) -> None:
+    """Destroy the sMLU instances of an ended pod's containers; what is gone is skipped.
+
+    The instance name is derived from the pod and container as at Allocate, so a container
+    without a record (the agent stopped meanwhile) is found on every card all the same.
+    """
+    handles = [cndev.handle(i) for i in range(cndev.count())]
+    for container in request.containers:
+        name = instance_name(
+            request.pod.namespace, request.pod.name, request.pod.uid, container.container
+        )
+        record = container.record or {}
+        mi = record.get(RECORD_MI)
+        for handle in handles:
+            if cndev.smlu_supported(handle):
+                cndev.destroy_instance(handle, name, int(mi) if mi and mi.isdigit() else None)
 
 
 def _env_split(

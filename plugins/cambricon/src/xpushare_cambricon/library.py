@@ -15,6 +15,7 @@ hand it out through ``cndevGetDeviceHandleByIndex``; older ones take the card in
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import logging
 import os
@@ -268,6 +269,9 @@ class Instance:
     dev_node: str
     quota_percent: int
     memory_bytes: int
+    #: The handle cndevCreateSMluInstanceByProfileId returned (destroy by handle); ``None``
+    #: for an instance found rather than created by this call.
+    mi_handle: int | None = None
 
 
 def _text(raw: Any) -> str:
@@ -306,7 +310,13 @@ _SIGNATURES: Final[dict[str, list[Any]]] = {
     "cndevCreateSMluProfileInfo": [POINTER(SMluSet), POINTER(c_int), c_int],
     "cndevCreateSMluInstanceByProfileId": [POINTER(c_int), c_uint, c_int, c_char_p],
     "cndevGetAllSMluInstanceInfo": [POINTER(c_int), POINTER(SMluInfo), c_int],
+    "cndevDestroySMluInstanceByHandle": [c_int],
+    "cndevDestroySMluInstanceByInstanceName": [c_int, c_char_p],
 }
+
+#: What destroy reports when neither way of destroying an instance is possible (CNDev's
+#: "not supported" class of codes; the message says what to do).
+CNDEV_NOT_FOUND_CODE: Final = 7
 
 #: Functions without which the plugin cannot work; resolved at startup so a library that
 #: lacks one fails there, with the symbol named.
@@ -538,7 +548,7 @@ class Cndev:
             if existing.name == name:
                 return existing
         profile = self.profile_for(handle, quota_percent, memory_bytes)
-        mi = c_int(0)
+        mi = c_int(-1)
         self._call(
             "cndevCreateSMluInstanceByProfileId",
             byref(mi),
@@ -549,10 +559,33 @@ class Cndev:
         )
         for created in self.instances(handle):
             if created.name == name:
-                return created
+                return dataclasses.replace(created, mi_handle=mi.value)
         raise CndevError(
             "cndevGetAllSMluInstanceInfo",
             7,
             f"handle {handle}",
             f"the sMLU instance {name!r} just created is not listed",
         )
+
+    def destroy_instance(self, handle: int, name: str, mi_handle: int | None = None) -> bool:
+        """Destroy the sMLU instance named *name* on the card; ``False`` if there is none.
+
+        By name where CNDev offers it (the name is derived from the pod and container, so
+        it needs nothing remembered); else by the instance handle its creation returned.
+        """
+        if not any(i.name == name for i in self.instances(handle)):
+            return False
+        where = f"handle {handle}, sMLU instance {name}"
+        if self._optional("cndevDestroySMluInstanceByInstanceName") is not None:
+            self._call("cndevDestroySMluInstanceByInstanceName", handle, name.encode(), where=where)
+        elif mi_handle is not None and mi_handle >= 0:
+            self._call("cndevDestroySMluInstanceByHandle", mi_handle, where=where)
+        else:
+            raise CndevError(
+                "cndevDestroySMluInstanceByHandle",
+                CNDEV_NOT_FOUND_CODE,
+                where,
+                "this CNDev cannot destroy by name and the instance's handle was not kept "
+                "(the node agent stopped while creating it); destroy it with cnmon",
+            )
+        return True

@@ -23,6 +23,7 @@ from xpushare.models import (
     MonitorSnapshot,
     NodeView,
     PodView,
+    ReleaseRequest,
     VendorSpec,
 )
 from xpushare.native import LibraryNotFound, NodeContext
@@ -119,6 +120,13 @@ def xpushare_check_health(ctx: NodeContext, devices: Sequence[Device]) -> list[H
 @hookimpl
 def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
     return allocate_mod.allocate(_config(ctx), _cndev(ctx), request)
+
+
+@hookimpl
+def xpushare_release(ctx: NodeContext, request: ReleaseRequest) -> None:
+    # Only sMLU shares create anything; whole cards and env-mode splits have nothing to free.
+    if _config(ctx).share_mode == "smlu":
+        allocate_mod.release(_cndev(ctx), request)
 
 
 # --- scheduler side: pure ------------------------------------------------------------------

@@ -438,6 +438,57 @@ cndevRet_t cndevCreateSMluInstanceByProfileId(cndevMluInstance_t *mi, unsigned i
     return CNDEV_SUCCESS;
 }
 
+/* Drops the "instance card=<slot> id=<id>" line from the table file (the fake's state). */
+static cndevRet_t remove_instance(int slot, int id) {
+    int found = 0;
+    for (int i = 0; i < n_instances; i++) found |= instances[i].card == slot && instances[i].id == id;
+    if (!found) return CNDEV_ERROR_INVALID_ARGUMENT;
+    const char *path = getenv("FAKE_CNDEV_CONFIG");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return CNDEV_ERROR_INVALID_ARGUMENT;
+    static char kept[1 << 20];
+    size_t used = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        int card = -1, iid = -1;
+        const char *c = strstr(line, " card="), *n = strstr(line, " id=");
+        if (!strncmp(line, "instance ", 9) && c && n) {
+            card = atoi(c + 6);
+            iid = atoi(n + 4);
+        }
+        if (card == slot && iid == id) continue;
+        size_t len = strlen(line);
+        if (used + len >= sizeof kept) break;
+        memcpy(kept + used, line, len);
+        used += len;
+    }
+    fclose(f);
+    f = fopen(path, "w");
+    if (!f) return CNDEV_ERROR_INVALID_ARGUMENT;
+    fwrite(kept, 1, used, f);
+    fclose(f);
+    return CNDEV_SUCCESS;
+}
+
+/* The handle cndevCreateSMluInstanceByProfileId returned: (instance id << 8) | slot here. */
+cndevRet_t cndevDestroySMluInstanceByHandle(cndevMluInstance_t mi) {
+    ENTER("cndevDestroySMluInstanceByHandle");
+    return remove_instance(mi & 0xff, mi >> 8);
+}
+
+#ifndef NO_DESTROY_BY_NAME
+cndevRet_t cndevDestroySMluInstanceByInstanceName(cndevDevice_t handle, char *name) {
+    ENTER("cndevDestroySMluInstanceByInstanceName");
+    int slot = 0;
+    struct card *c = card_of(handle, &slot);
+    if (!c) return CNDEV_ERROR_INVALID_DEVICE_ID;
+    for (int i = 0; i < n_instances; i++)
+        if (instances[i].card == slot && name && !strcmp(instances[i].name, name))
+            return remove_instance(slot, instances[i].id);
+    return CNDEV_ERROR_INVALID_ARGUMENT;
+}
+#endif
+
 cndevRet_t cndevGetAllSMluInstanceInfo(int *count, cndevSMluInfo_t *info, cndevDevice_t handle) {
     ENTER("cndevGetAllSMluInstanceInfo");
     int slot = 0;

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import pynvml
-
 from xpushare.models import (
     AdmissionGuard,
     AllocateRequest,
@@ -35,9 +33,11 @@ from xpushare.models import (
     Device,
     DeviceSlice,
     Mount,
+    PodRef,
+    ReleaseRequest,
 )
 from xpushare_nvidia import detect, mig
-from xpushare_nvidia.calls import optional
+from xpushare_nvidia.calls import running_processes
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import HamiCoreConfig, NvidiaConfig
@@ -54,6 +54,11 @@ CONTAINERS_DIR: Final = "containers"
 #: Sibling of it where the node agent notes which pod a cache directory belongs to; out of
 #: the containers' reach, so a container cannot relabel its own usage.
 META_DIR: Final = "xpushare-meta"
+
+#: Keys of the release record (ContainerAllocation.record): the cache directory's name, and
+#: the MIG instances handed out (a later dynamic-MIG release destroys what it names).
+RECORD_CACHE: Final = "hami_core_dir"
+RECORD_MIG: Final = "mig_instances"
 #: Where the preload file is mounted: the dynamic loader reads it before any program runs.
 PRELOAD_TARGET: Final = "/etc/ld.so.preload"
 #: The preload file on the node (next to the library).
@@ -130,7 +135,9 @@ def allocate(nvml: Nvml, config: NvidiaConfig, request: AllocateRequest) -> Cont
                 "report it with the pod's xpushare.io assignment annotation."
             )
     if partitioned:
-        return _visible(config, _mig_instances(nvml, request, slices, who), {})
+        instances = _mig_instances(nvml, request, slices, who)
+        visible = _visible(config, instances, {})
+        return visible.model_copy(update={"record": {RECORD_MIG: ",".join(instances)}})
     ids = [s.device_id for s in slices]
     if all(s.exclusive for s in slices):
         return _visible(config, ids, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
@@ -203,16 +210,49 @@ def _hami_core(
             )
         )
     visible = _visible(config, ids, envs)
-    return visible.model_copy(update={"mounts": tuple(mounts)})
+    return visible.model_copy(update={"mounts": tuple(mounts), "record": {RECORD_CACHE: directory}})
+
+
+def release(nvml: Nvml | None, config: NvidiaConfig, request: ReleaseRequest) -> None:
+    """Free what Allocate made for an ended pod: each container's HAMi-core cache directory
+    and owner file, and the pod's hold on MIG instances. Repeatable: what is gone is skipped.
+
+    The names are derived again from the pod's uid and the container's name (as Allocate
+    made them), so a container whose record was never kept is freed all the same.
+    """
+    root = Path(config.hami_core.agent_path)
+    for container in sorted({c.container for c in request.containers}):
+        who = f"container {container!r} of pod {request.pod}"
+        try:
+            directory = _dir_name(request.pod, container, who)
+        except AllocationRefused:
+            continue  # Allocate refused this name: it created nothing under it
+        shutil.rmtree(root / CONTAINERS_DIR / directory, ignore_errors=False, onerror=_gone_ok)
+        (root / META_DIR / f"{directory}.json").unlink(missing_ok=True)
+    if nvml is not None:
+        owners: dict[str, _Owner] = nvml.extra.get(_OWNERS_KEY, {})
+        me = request.pod.uid or str(request.pod)
+        for instance in [u for u, o in owners.items() if o.pod_uid == me]:
+            del owners[instance]
+
+
+def _gone_ok(function: object, path: str, exc_info: object) -> None:
+    error = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+    if not isinstance(error, FileNotFoundError):
+        raise OSError(f"vendor nvidia: cannot remove {path}: {error}") from None
 
 
 def _container_dir_name(request: AllocateRequest, who: str) -> str:
-    if not _CONTAINER_NAME.match(request.container):
+    return _dir_name(request.pod, request.container, who)
+
+
+def _dir_name(pod: PodRef, container: str, who: str) -> str:
+    if not _CONTAINER_NAME.match(container):
         raise AllocationRefused(f"{who}: container name is not a DNS label")
-    uid = request.pod.uid or f"{request.pod.namespace}.{request.pod.name}"
+    uid = pod.uid or f"{pod.namespace}.{pod.name}"
     if not _POD_UID.match(uid) or "_" in uid or ".." in uid:
         raise AllocationRefused(f"{who}: pod UID {uid!r} cannot name a directory")
-    return f"{uid}_{request.container}"
+    return f"{uid}_{container}"
 
 
 def _prepare_node(hc: HamiCoreConfig, request: AllocateRequest, directory: str, who: str) -> None:
@@ -337,9 +377,7 @@ def _pick(
 
 
 def _idle(instance: mig.MigInstance) -> bool:
-    procs = optional(
-        "nvmlDeviceGetComputeRunningProcesses(MIG)",
-        pynvml.nvmlDeviceGetComputeRunningProcesses,
-        instance.handle,
-    )
-    return not procs
+    # Unknown (no variant of the call answers) is not idle: reusing an instance that still
+    # runs a process would put two containers on it.
+    procs = running_processes(instance.handle)
+    return procs is not None and not procs

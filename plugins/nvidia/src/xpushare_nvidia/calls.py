@@ -11,8 +11,8 @@ reported as absent ("could not measure", never zero).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Final, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
 
 import pynvml
 
@@ -38,6 +38,31 @@ UNSUPPORTED_CODES: Final = frozenset(
 )
 
 
+#: What pynvml raises, instead of an NVMLError, when the symbol its unversioned wrapper
+#: names is missing (``nvmlDeviceGetComputeRunningProcesses`` on an R470 driver, which has
+#: ``_v2`` but not ``_v3``): not an NVMLError, so it must be named to be caught.
+MISMATCH: Final[tuple[type[BaseException], ...]] = tuple(
+    t for t in (getattr(pynvml, "NVMLLibraryMismatchError", None),) if isinstance(t, type)
+)
+
+#: Calls whose symbol the loaded driver lacks, reported once each (a driver does not grow
+#: symbols while the agent runs, and a sample every few seconds would repeat it forever).
+_missing: set[str] = set()
+
+
+def absent(what: str, exc: BaseException) -> None:
+    if what not in _missing:
+        _missing.add(what)
+        log.info("vendor nvidia: this driver has no %s (%s); that reading is left out", what, exc)
+
+
+def is_missing(exc: BaseException) -> bool:
+    """The driver lacks the symbol (an older driver): fall back, or leave the field out."""
+    if isinstance(exc, MISMATCH):
+        return True
+    return isinstance(exc, pynvml.NVMLError) and exc.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+
+
 def is_lost(exc: BaseException) -> bool:
     return isinstance(exc, pynvml.NVMLError) and exc.value in LOST_CODES
 
@@ -46,9 +71,15 @@ def optional(what: str, fn: Callable[..., T], *args: object) -> T | None:
     """``fn(*args)``, or ``None`` when NVML cannot answer; a lost GPU still raises."""
     try:
         return fn(*args)
+    except MISMATCH as exc:
+        absent(what, exc)
+        return None
     except pynvml.NVMLError as exc:
         if exc.value in LOST_CODES:
             raise
+        if exc.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+            absent(what, exc)
+            return None
         if exc.value not in UNSUPPORTED_CODES:
             log.warning("vendor nvidia: %s failed: %s", what, exc)
         return None
@@ -56,6 +87,41 @@ def optional(what: str, fn: Callable[..., T], *args: object) -> T | None:
         # pynvml decodes C strings itself; a driver answer that is not text is absent.
         log.warning("vendor nvidia: %s returned undecodable text: %s", what, exc)
         return None
+
+
+def newest(what: str, variants: Sequence[tuple[str, Callable[..., T]]], *args: object) -> T | None:
+    """The first of *variants* (newest first) the driver has, called as :func:`optional`;
+    ``None`` when none answers. *what* names the call in logs."""
+    for name, fn in variants:
+        try:
+            return fn(*args)
+        except MISMATCH as exc:
+            absent(name, exc)
+        except pynvml.NVMLError as exc:
+            if not is_missing(exc):
+                return optional(what, _raise, exc)
+            absent(name, exc)
+        except UnicodeDecodeError as exc:
+            log.warning("vendor nvidia: %s returned undecodable text: %s", what, exc)
+            return None
+    return None
+
+
+def _raise(exc: BaseException) -> Any:
+    raise exc
+
+
+def running_processes(handle: object) -> list[Any] | None:
+    """Compute processes on *handle*: ``_v3`` (R510+), else ``_v2`` (R470), else unknown."""
+    variants: list[tuple[str, Callable[..., list[Any]]]] = [
+        (name, getattr(pynvml, name))
+        for name in (
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetComputeRunningProcesses_v2",
+        )
+        if hasattr(pynvml, name)
+    ]
+    return newest("nvmlDeviceGetComputeRunningProcesses", variants, handle)
 
 
 def text(value: str | bytes) -> str:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pynvml
 
 from xpushare.models import Device, HealthEvent
-from xpushare_nvidia.calls import UNSUPPORTED_CODES, is_lost
+from xpushare_nvidia.calls import MISMATCH, UNSUPPORTED_CODES, absent, is_lost, is_missing
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import NvidiaConfig
@@ -176,8 +176,12 @@ def _drain(
     for _ in range(MAX_EVENTS_PER_CHECK):
         try:
             data = pynvml.nvmlEventSetWait(w.event_set, timeout_ms)
-        except pynvml.NVMLError as exc:
-            if exc.value != pynvml.NVML_ERROR_TIMEOUT and not is_lost(exc):
+        except (pynvml.NVMLError, *MISMATCH) as exc:
+            if is_missing(exc):
+                # No nvmlEventSetWait_v2 in this driver: XID events cannot be read; the
+                # per-GPU checks below still find lost GPUs.
+                absent("nvmlEventSetWait_v2", exc)
+            elif exc.value != pynvml.NVML_ERROR_TIMEOUT and not is_lost(exc):
                 log.warning("vendor nvidia: waiting for NVML events failed: %s", exc)
             break
         timeout_ms = 0  # drain what is queued, do not wait again

@@ -20,7 +20,7 @@ import pynvml
 from xpushare.models import ContainerUsage, Device, DeviceSample, MonitorSnapshot
 from xpushare_nvidia import hamicore, health
 from xpushare_nvidia.allocate import CONTAINERS_DIR, META_DIR
-from xpushare_nvidia.calls import is_lost, optional
+from xpushare_nvidia.calls import is_lost, optional, running_processes
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import NvidiaConfig
@@ -62,11 +62,7 @@ def _sample(nvml: Nvml, device: Device, watcher: health.Watcher) -> DeviceSample
             pynvml.NVML_TEMPERATURE_GPU,
         )
         power_mw = optional("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, handle)
-        processes = optional(
-            "nvmlDeviceGetComputeRunningProcesses",
-            pynvml.nvmlDeviceGetComputeRunningProcesses,
-            handle,
-        )
+        processes = running_processes(handle)
     except pynvml.NVMLError as exc:
         if is_lost(exc):
             watcher.mark_bad(device.id, f"GPU is lost ({exc})")

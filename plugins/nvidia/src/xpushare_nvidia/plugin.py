@@ -23,6 +23,7 @@ from xpushare.models import (
     HealthEvent,
     MonitorSnapshot,
     NodeView,
+    ReleaseRequest,
     VendorSpec,
 )
 from xpushare.native import NodeContext
@@ -87,6 +88,12 @@ def xpushare_check_health(
 @hookimpl
 def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
     return allocate.allocate(library.state(ctx), _config(ctx), request)
+
+
+@hookimpl
+def xpushare_release(ctx: NodeContext, request: ReleaseRequest) -> None:
+    nvml = ctx.state.get(library.STATE_KEY)
+    allocate.release(nvml if isinstance(nvml, library.Nvml) else None, _config(ctx), request)
 
 
 @hookimpl

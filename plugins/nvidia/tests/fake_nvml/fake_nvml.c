@@ -793,11 +793,12 @@ int nvmlDeviceGetPowerUsage(void *device, unsigned int *power) {
     return rc;
 }
 
-int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *count,
-                                            nvmlProcessInfo_t *infos) {
+/* R470-era drivers have _v2 only (same layout for the fields read); newer ones both. */
+static int running_processes(const char *fn, void *device, unsigned int *count,
+                             nvmlProcessInfo_t *infos) {
     fake_handle *h;
     pthread_mutex_lock(&lock);
-    int rc = enter("nvmlDeviceGetComputeRunningProcesses_v3", device, &h);
+    int rc = enter(fn, device, &h);
     if (!rc) {
         /* A GPU handle sees its own processes and those of its MIG instances. */
         nvmlProcessInfo_t all[MAX_PROCS * (MAX_MIGS + 1)];
@@ -822,6 +823,16 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *count,
     }
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *count,
+                                            nvmlProcessInfo_t *infos) {
+    return running_processes("nvmlDeviceGetComputeRunningProcesses_v3", device, count, infos);
+}
+
+int nvmlDeviceGetComputeRunningProcesses_v2(void *device, unsigned int *count,
+                                            nvmlProcessInfo_t *infos) {
+    return running_processes("nvmlDeviceGetComputeRunningProcesses_v2", device, count, infos);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ and the DTK runtime; deleting it gives the slice back.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,9 +87,8 @@ async def test_a_hygon_slice_goes_from_the_webhook_to_the_kubelet_and_back(
         await handoff_released(flow)
 
         second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
-        # The node does not learn of the deletion (no pod-ended hook yet, README "Not yet"):
-        # the operator removes the deleted pod's vDCU config, as the README says.
-        shutil.rmtree(vdev / f"{uid}_main")
+        # The node agent's release hook removes the deleted pod's vDCU config, freeing its CUs.
+        await flow.api.wait_for(lambda: not (vdev / f"{uid}_main").exists(), 10.0)
         again = (await flow.allocate(second))["main"]
         assert again.envs["XPUSHARE_HYGON_DEVICES"] == "DCU-000000000000abc0"
         uid = second["metadata"]["uid"]

@@ -129,6 +129,23 @@ def test_allocate_gives_control_and_drm_nodes_and_names_slices(table: Any, metax
     assert handle.allocate(_alloc(devices, whole)).envs == {"XPUSHARE_METAX_DEVICES": "GPU-mx-0"}
 
 
+def test_the_pods_qos_policy_reaches_its_sgpu_slices(table: Any, metax: Any) -> None:
+    handle = started(metax)
+    devices = handle.detect()
+    piece = DeviceSlice(device_id="GPU-mx-1", index=1, memory_mib=8192, compute_percent=25)
+    request = _alloc(devices, piece).model_copy(
+        update={"pod_annotations": {"metax-tech.com/sgpu-qos-policy": "fixed-share"}}
+    )
+    result = handle.allocate(request)
+    assert result.envs["XPUSHARE_METAX_QOS_POLICY"] == "fixed-share"
+    assert result.annotations == {"metax-tech.com/sgpu-qos-policy": "fixed-share"}
+    # A policy the webhook would refuse is not passed on.
+    odd = _alloc(devices, piece).model_copy(
+        update={"pod_annotations": {"metax-tech.com/sgpu-qos-policy": "all-of-it"}}
+    )
+    assert "XPUSHARE_METAX_QOS_POLICY" not in handle.allocate(odd).envs
+
+
 def _pod(
     annotations: dict[str, str] | None = None, /, **limits: str
 ) -> tuple[PodView, ContainerView]:

@@ -3,8 +3,10 @@
 A generation is: a gRPC server on the plugin's socket in kubelet's device-plugin directory,
 and one accepted registration with the kubelet that is running then. kubelet tells plugins
 to register again only by deleting their sockets when it starts (research/k8s-apis.md §1.4),
-so each :class:`PluginServer` polls: when its socket is gone (or replaced), or kubelet.sock
-was re-created, the generation retires and a new one starts. The rules (GPUStack's,
+so each :class:`PluginServer` watches the directory (inotify through
+:class:`~xpushare.node.dirwatch.DirectoryWatch`, with polling beneath): when its socket is
+gone (or replaced), or kubelet.sock was re-created, the generation retires and a new one
+starts. The rules (GPUStack's,
 research/gpustack-devices.md §4.2):
 
 * **serve before registering**: kubelet dials the plugin back from inside Register, so the
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
     from xpushare.node.config import NodeConfig
     from xpushare.node.deviceplugin.service import DevicePluginService
+    from xpushare.node.dirwatch import DirectoryWatch
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +85,11 @@ class PluginServer:
         config: NodeConfig,
         *,
         on_registered: Callable[[PluginServer], None] | None = None,
+        watch: DirectoryWatch | None = None,
     ) -> None:
         self.service = service
+        # Wakes the waits below when the directory changes; without it they poll.
+        self._watch_dir = watch
         self.config = config
         self.socket_name = f"xpushare-{service.vendor}.sock"
         self.socket_path = config.device_plugin_dir / self.socket_name
@@ -163,6 +169,16 @@ class PluginServer:
         )
         return server, inode
 
+    async def _pause(self, seen: int, seconds: float) -> int:
+        """Wait *seconds*, or less when the directory changed since version *seen*."""
+        if self._watch_dir is None:
+            await asyncio.sleep(seconds)
+            return seen
+        return await self._watch_dir.wait(seen, seconds)
+
+    def _version(self) -> int:
+        return self._watch_dir.version if self._watch_dir is not None else 0
+
     def _ours(self, inode: int) -> bool:
         return _inode(self.socket_path) == inode
 
@@ -178,6 +194,7 @@ class PluginServer:
         )
         attempts = 0
         while self._ours(inode):
+            seen = self._version()
             kubelet_inode = _inode(kubelet_socket)
             if kubelet_inode is not None:
                 attempts += 1
@@ -206,14 +223,18 @@ class PluginServer:
                     self._signal()
                     self._on_registered(self)
                     return kubelet_inode
-            await asyncio.sleep(self.config.register_retry_s)
+                await asyncio.sleep(self.config.register_retry_s)
+            else:
+                # No kubelet.sock: it appearing is the change worth waking for.
+                await self._pause(seen, self.config.register_retry_s)
         return None
 
     async def _watch(self, inode: int, kubelet_inode: int) -> None:
         """Return when this generation is over: our socket was deleted or replaced (kubelet
         restarted and wiped its directory), or kubelet.sock was re-created."""
+        seen = self._version()
         while True:
-            await asyncio.sleep(self.config.socket_poll_s)
+            seen = await self._pause(seen, self.config.socket_poll_s)
             if not self._ours(inode):
                 log.info(
                     "device plugin %s: socket %s is gone (kubelet restarted?); re-registering",

@@ -12,7 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from xpushare.models import AllocateRequest, ContainerAllocation, Device, DeviceSlice, Mount
+from xpushare.models import (
+    AllocateRequest,
+    ContainerAllocation,
+    Device,
+    DeviceSlice,
+    Mount,
+    ReleaseRequest,
+)
 from xpushare_others.common import devices as nodes
 from xpushare_others.hygon import vdev
 from xpushare_others.hygon.config import HygonConfig
@@ -115,3 +122,10 @@ def _slice_mounts(
     if config.on_host(config.hyhal_path).exists():
         mounts.append(Mount(host_path=config.hyhal_path, container_path=config.hyhal_path))
     return mounts
+
+
+def release(config: HygonConfig, request: ReleaseRequest) -> None:
+    """Remove the vDCU configs of an ended pod's containers (derived names, repeatable)."""
+    agent_dir = Path(config.vdev_agent_dir or config.vdev_dir)
+    for container in sorted({c.container for c in request.containers}):
+        vdev.release(agent_dir, vdev.dir_name(request.pod.uid, str(request.pod), container))

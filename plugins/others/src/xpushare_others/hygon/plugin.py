@@ -14,6 +14,7 @@ from xpushare.models import (
     HealthEvent,
     MonitorSnapshot,
     PodView,
+    ReleaseRequest,
     VendorSpec,
 )
 from xpushare.native import NodeContext
@@ -68,6 +69,11 @@ def xpushare_check_health(ctx: NodeContext, devices: Sequence[Device]) -> list[H
 @hookimpl
 def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
     return allocate.allocate(_config(ctx), request)
+
+
+@hookimpl
+def xpushare_release(ctx: NodeContext, request: ReleaseRequest) -> None:
+    allocate.release(_config(ctx), request)
 
 
 @hookimpl(wrapper=True)

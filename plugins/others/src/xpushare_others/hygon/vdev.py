@@ -23,13 +23,13 @@ The files are also the ledger: CUs, vdev ids and pipe ids in use are read back f
 existing files, so a restart of the node agent loses nothing, and a retried Allocate for the
 same container finds and reuses its own file.
 
-Assumption (documented in the README): a directory is named ``<pod uid>_<container>``; files
-of pods that no longer exist are not removed yet, because the vendor contract has no hook
-telling a vendor that a pod ended.
+A directory is named ``<pod uid>_<container>``; when the pod has ended the node agent's
+release hook removes it (:func:`release`), which frees its CUs, vdev id and pipe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,3 +159,19 @@ def allocate(
     partial.write_text(conf.render())
     partial.replace(target / CONF_NAME)
     return conf
+
+
+def release(agent_dir: Path, name: str) -> bool:
+    """Remove the config *name* (a directory of :func:`dir_name`); ``False`` if it is gone.
+
+    Only the files this module writes are removed, so a directory someone else put files in
+    is left (and reported by the ``OSError`` of its removal).
+    """
+    target = agent_dir / name
+    if not target.is_dir():
+        return False
+    for leftover in (target / CONF_NAME, target / f".{CONF_NAME}.partial"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+    target.rmdir()
+    return True

@@ -6,6 +6,11 @@ runtime in ``METAX_SGPUS``, one ``sgpu=<BDF>;compute=<percent>;vram=<MiB>`` entr
 joined by ``,`` (GPUStack's fields, without the sGPU index and alias that exist only once a
 subdevice is created).
 
+The pod's sGPU QoS policy (``metax-tech.com/sgpu-qos-policy``, validated and defaulted by the
+webhook) reaches Allocate with the pod's annotations and is handed on with a slice: as the
+same key in the container's annotations (kubelet passes them to the container runtime) and
+in ``XPUSHARE_METAX_QOS_POLICY``, since no MetaX runtime variable for it is documented.
+
 Not done yet: creating the sGPU subdevice itself (``/sys/bus/pci/devices/<BDF>/sgpu/create``)
 and destroying it when the pod ends, which needs a pod-lifecycle hook the vendor contract
 does not have; until then isolation rests on MetaX's runtime honouring the variable.
@@ -16,6 +21,10 @@ from __future__ import annotations
 from xpushare.models import AllocateRequest, ContainerAllocation, DeviceNode
 from xpushare_others.common import devices as nodes
 from xpushare_others.metax.config import MetaxConfig
+from xpushare_others.metax.request import QOS_KEY, QOS_POLICIES
+
+#: The QoS policy of the pod's slices, for the container's own tools and runtime hooks.
+QOS_ENV = "XPUSHARE_METAX_QOS_POLICY"
 
 #: Names the GPUs given (their xpushare ids), for the container's own logs and tools: the
 #: device nodes are what makes them visible.
@@ -52,6 +61,12 @@ def allocate(config: MetaxConfig, request: AllocateRequest) -> ContainerAllocati
         if config.mode == "sgpu" and (s.compute_percent < 100 or s.memory_mib < d.memory_mib):
             sgpus.append(f"sgpu={d.pci_bus_id};compute={s.compute_percent};vram={s.memory_mib}")
     envs = {DEVICES_ENV: ",".join(s.device_id for s in request.slices)}
+    annotations: dict[str, str] = {}
     if sgpus:
         envs[config.sgpus_env] = ",".join(sgpus)
-    return ContainerAllocation(envs=envs, devices=nodes.unique(devices))
+        # Only a policy the webhook would accept is passed on (the annotation is the user's).
+        qos = request.pod_annotations.get(QOS_KEY)
+        if qos in QOS_POLICIES:
+            envs[QOS_ENV] = qos
+            annotations[QOS_KEY] = qos
+    return ContainerAllocation(envs=envs, devices=nodes.unique(devices), annotations=annotations)
