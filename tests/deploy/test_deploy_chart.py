@@ -255,9 +255,17 @@ def test_one_node_agent_per_vendor_with_its_node_selector_and_host_paths():
     env = {e["name"]: e.get("value") for e in nvidia["containers"][0]["env"]}
     assert env["XPUSHARE_PLUGINS"] == "nvidia"
     host_paths = {v["hostPath"]["path"] for v in nvidia["volumes"] if "hostPath" in v}
-    assert host_paths == {"/var/lib/kubelet/device-plugins", "/", "/usr/local/vgpu", "/tmp/hami"}
+    assert host_paths == {
+        "/var/lib/kubelet/device-plugins",
+        "/var/lib/kubelet/pod-resources",
+        "/",
+        "/usr/local/vgpu",
+        "/tmp/hami",
+    }
     mounts = {m["mountPath"]: m for m in nvidia["containers"][0]["volumeMounts"]}
     assert mounts["/driver-root"]["readOnly"] is True
+    # The release waits for kubelet's word where it can have it: PodResources, read-only.
+    assert mounts["/var/lib/kubelet/pod-resources"]["readOnly"] is True
     assert [c["name"] for c in nvidia["initContainers"]] == ["install-hami-core"]
     # A vendor without HAMi-core gets neither the directory nor the installer.
     amd = daemonsets[f"{RELEASE}-xpushare-node-amd"]["spec"]["template"]["spec"]

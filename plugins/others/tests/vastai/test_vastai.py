@@ -362,3 +362,20 @@ def test_a_node_registered_by_hamis_device_plugin_fits_in_die_mode(vastai: Any) 
     node, result = _fit(handle, devices, _request(handle, 2))
     assert result.fits and [s.device_id for s in result.devices] == ["8-0", "8-1"]
     assert handle.score(request=_request(handle, 2), node=node, fit=result, usage={}) == 1.0
+
+
+def test_the_vendor_fit_applies_to_die_mode_nodes_only(table: Any, vastai: Any) -> None:
+    from xpushare.models import ContainerRequest, NodeView
+    from xpushare_others.vastai import plugin
+
+    cards = started(vastai).detect()
+    assert plugin.xpushare_fit_applies(cards) is False
+    # The promise behind False: on a whole-card node the plugin's fit leaves every request
+    # to the core's.
+    view = NodeView(name="n", devices=tuple(cards))
+    for count in (1, 2):
+        request = ContainerRequest(vendor="vastai", count=count)
+        assert plugin.xpushare_fit(request, view, {}, []) is None
+    table.write(card(dies=2))
+    dies = started(vastai, device_strategy="die").detect()
+    assert plugin.xpushare_fit_applies(dies) is True

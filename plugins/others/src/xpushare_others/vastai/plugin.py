@@ -92,5 +92,11 @@ def xpushare_fit(
 
 
 @hookimpl
+def xpushare_fit_applies(devices: Sequence[Device]) -> bool | None:
+    # Whole-card nodes are left to the core's fit for every request (fit.fit answers None).
+    return vastai_fit.die_mode(devices)
+
+
+@hookimpl
 def xpushare_score(node: NodeView, fit: FitResult) -> float | None:
     return vastai_fit.score(node, fit)
