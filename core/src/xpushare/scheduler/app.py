@@ -240,6 +240,8 @@ class Scheduler:
         first = not self.cluster.pods_synced
         self.cluster.replace_pods(items)
         self.metrics.synced.set(1 if self.cluster.synced else 0)
+        if first and self.web is not None and self.cluster.synced:
+            self.web.fleet.refresh()
         if first and self.freeze_gc:
             # The client's generated modules and the first list are hundreds of thousands of
             # long-lived objects; a full collection walking them all stalls the loop for
