@@ -257,8 +257,13 @@ class ReleaseLedger:
             if entry.vendors:
                 await self._write(entry)
                 return
-            del self._pods[key]
-            await asyncio.to_thread(self._remove, key)
+            try:
+                await asyncio.to_thread(self._remove, key)
+            finally:
+                # Forgotten once its file is gone, so an empty ledger has nothing left on
+                # disk. A file a failed or cut-short removal leaves is read again at the
+                # next start and released again (releases are idempotent).
+                del self._pods[key]
 
     # -- files -------------------------------------------------------------------------------
 
