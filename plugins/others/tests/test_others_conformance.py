@@ -7,7 +7,7 @@ the real node agent serving a fake kubelet over unix sockets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,25 @@ class _Fake:
         if not self.lib.exists():
             compile_fake(self.source, out, self.soname)
 
+    #: Files the vendor looks for under the host's root (device nodes, HAMi's libraries),
+    #: made empty under ``tmp_path / "host"``; none: no ``host_root`` setting.
+    host_files: tuple[str, ...] = ()
+
     def _table(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         path = tmp_path / "table.txt"
         path.write_text(self.table)
         monkeypatch.setenv(self.table_env, str(path))
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        self._table(tmp_path, monkeypatch)
+        settings: dict[str, Any] = {"library_path": str(self.lib)}
+        if self.host_files:
+            settings["host_root"] = str(_host(tmp_path, self.host_files))
+        return {**settings, **self.settings(tmp_path)}
+
+    def settings(self, tmp_path: Path) -> Mapping[str, Any]:
+        """The vendor's other settings, and what it reads beyond empty host files."""
+        return {}
 
     def unavailable(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
         return {
@@ -48,7 +63,7 @@ class _Fake:
         }
 
 
-def _host(tmp_path: Path, files: list[str]) -> Path:
+def _host(tmp_path: Path, files: Sequence[str]) -> Path:
     root = tmp_path / "host"
     for name in files:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -83,12 +98,11 @@ class TestEnflameConformance(_Fake, VendorConformance):
         "device name=S60 uuid=T6R0 bus=0x50 mem_total=49152\n"
         "device name=S60 uuid=T6R1 bus=0x51 mem_total=49152\n"
     )
+    host_files = ("dev/gcuctl", "dev/gcu0", "dev/gcu1")
     mode = "gcu"
 
-    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
-        self._table(tmp_path, monkeypatch)
-        root = _host(tmp_path, ["dev/gcuctl", "dev/gcu0", "dev/gcu1"])
-        return {"library_path": str(self.lib), "host_root": str(root), "mode": self.mode}
+    def settings(self, tmp_path: Path) -> Mapping[str, Any]:
+        return {"mode": self.mode}
 
 
 class TestEnflameDrsConformance(TestEnflameConformance):
@@ -105,21 +119,16 @@ class TestHygonConformance(_Fake, VendorConformance):
         f"device name=K100 uid=0x1 bus=0x10 mem_total={64 * GIB} render=128\n"
         f"device name=K100 uid=0x2 bus=0x11 mem_total={64 * GIB} render=129\n"
     )
+    host_files = ("dev/kfd", "dev/dri/card0", "dev/dri/renderD128", "dev/dri/card1",
+                  "dev/dri/renderD129")  # fmt: skip
 
-    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
-        self._table(tmp_path, monkeypatch)
-        root = _host(tmp_path, ["dev/kfd", "dev/dri/card0", "dev/dri/renderD128",
-                                "dev/dri/card1", "dev/dri/renderD129"])  # fmt: skip
+    def settings(self, tmp_path: Path) -> Mapping[str, Any]:
+        root = tmp_path / "host"
         for i in range(2):
             props = root / f"sys/class/kfd/kfd/topology/nodes/{i}/properties"
             props.parent.mkdir(parents=True)
             props.write_text(f"simd_count 240\nsimd_per_cu 4\nlocation_id {(0x10 + i) << 8}\n")
-        return {
-            "library_path": str(self.lib),
-            "host_root": str(root),
-            "sysfs_root": str(root / "sys"),
-            "vdev_agent_dir": str(tmp_path / "vdev"),
-        }
+        return {"sysfs_root": str(root / "sys"), "vdev_agent_dir": str(tmp_path / "vdev")}
 
     def created(self, config: Mapping[str, Any]) -> list[str]:
         # One vDCU config directory per sharing container.
@@ -136,11 +145,7 @@ class TestIluvatarConformance(_Fake, VendorConformance):
         f"device uuid=GPU-a name=BI-V150 mem_total={32 * GIB} bus_id=0000:20:00.0\n"
         f"device uuid=GPU-b name=BI-V150 mem_total={32 * GIB} bus_id=0000:21:00.0\n"
     )
-
-    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
-        self._table(tmp_path, monkeypatch)
-        root = _host(tmp_path, ["usr/local/vgpu/libvgpu.so"])
-        return {"library_path": str(self.lib), "host_root": str(root)}
+    host_files = ("usr/local/vgpu/libvgpu.so",)
 
 
 class TestKunlunConformance(_Fake, VendorConformance):
@@ -152,12 +157,11 @@ class TestKunlunConformance(_Fake, VendorConformance):
         f"device name=P800 serial=SN0 minor=0 bus_id=00000000:40:00.0 mem_total={96 * GIB}\n"
         f"device name=P800 serial=SN1 minor=1 bus_id=00000000:41:00.0 mem_total={96 * GIB}\n"
     )
+    host_files = ("dev/xpuctrl", "dev/xpu0", "dev/xpu1")
     mode = "xpu"
 
-    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
-        self._table(tmp_path, monkeypatch)
-        root = _host(tmp_path, ["dev/xpuctrl", "dev/xpu0", "dev/xpu1"])
-        return {"library_path": str(self.lib), "host_root": str(root), "mode": self.mode}
+    def settings(self, tmp_path: Path) -> Mapping[str, Any]:
+        return {"mode": self.mode}
 
 
 class TestKunlunVxpuConformance(TestKunlunConformance):
@@ -174,20 +178,16 @@ class TestMetaxConformance(_Fake, VendorConformance):
         f"device uuid=GPU-m0 name=MXC500 bdf=0000:30:00.0 vram_kib={64 * 1024**2}\n"
         f"device uuid=GPU-m1 name=MXC500 bdf=0000:31:00.0 vram_kib={64 * 1024**2}\n"
     )
+    host_files = ("dev/mxcd", "dev/dri/card1", "dev/dri/renderD129", "dev/dri/card2",
+                  "dev/dri/renderD130")  # fmt: skip
 
-    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
-        self._table(tmp_path, monkeypatch)
-        root = _host(tmp_path, ["dev/mxcd", "dev/dri/card1", "dev/dri/renderD129",
-                                "dev/dri/card2", "dev/dri/renderD130"])  # fmt: skip
+    def settings(self, tmp_path: Path) -> Mapping[str, Any]:
+        root = tmp_path / "host"
         for i in range(2):
             drm = root / f"sys/bus/pci/devices/0000:{0x30 + i:02x}:00.0/drm"
             (drm / f"card{i + 1}").mkdir(parents=True)
             (drm / f"renderD{129 + i}").mkdir()
-        return {
-            "library_path": str(self.lib),
-            "host_root": str(root),
-            "sysfs_root": str(root / "sys"),
-        }
+        return {"sysfs_root": str(root / "sys")}
 
 
 class TestMthreadsConformance(_Fake, VendorConformance):
@@ -211,11 +211,7 @@ class TestVastaiConformance(_Fake, VendorConformance):
     soname = "libvaml.so"
     table_env = "FAKE_VAML_TABLE"
     table = f"device dies=1 mem_total={16 * GIB}\ndevice dies=1 mem_total={16 * GIB}\n"
-
-    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
-        self._table(tmp_path, monkeypatch)
-        root = _host(tmp_path, ["dev/vacc0", "dev/vacc1", "dev/va0_ctl", "dev/va1_ctl"])
-        return {"library_path": str(self.lib), "host_root": str(root)}
+    host_files = ("dev/vacc0", "dev/vacc1", "dev/va0_ctl", "dev/va1_ctl")
 
 
 class TestBirenConformance(_Fake, VendorConformance):
@@ -227,15 +223,10 @@ class TestBirenConformance(_Fake, VendorConformance):
         f"device uuid=BR-a node_id=0 mem_total={32 * GIB} bus_id=0000:50:00.0\n"
         f"device uuid=BR-b node_id=1 mem_total={32 * GIB} bus_id=0000:51:00.0\n"
     )
+    host_files = ("dev/biren/card_0", "dev/biren/card_1")
 
-    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
-        self._table(tmp_path, monkeypatch)
-        root = _host(tmp_path, ["dev/biren/card_0", "dev/biren/card_1"])
-        return {
-            "library_path": str(self.lib),
-            "host_root": str(root),
-            "sysfs_root": str(tmp_path / "sys"),
-        }
+    def settings(self, tmp_path: Path) -> Mapping[str, Any]:
+        return {"sysfs_root": str(tmp_path / "sys")}
 
 
 class TestTheadConformance(_Fake, VendorConformance):
@@ -247,14 +238,8 @@ class TestTheadConformance(_Fake, VendorConformance):
         f"device uuid=PPU-a mem_total={96 * GIB} bus_id=0000:60:00.0\n"
         f"device uuid=PPU-b mem_total={96 * GIB} bus_id=0000:61:00.0\n"
     )
+    host_files = ("dev/alixpu", "dev/alixpu_ctl", "dev/alixpu_ppu0", "dev/alixpu_ppu1",
+                  "usr/local/vppu/hggc_quota.so", "usr/local/vppu/hgml_dlsym_hook.so")  # fmt: skip
 
-    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
-        self._table(tmp_path, monkeypatch)
-        root = _host(tmp_path, ["dev/alixpu", "dev/alixpu_ctl", "dev/alixpu_ppu0",
-                                "dev/alixpu_ppu1", "usr/local/vppu/hggc_quota.so",
-                                "usr/local/vppu/hgml_dlsym_hook.so"])  # fmt: skip
-        return {
-            "library_path": str(self.lib),
-            "host_root": str(root),
-            "sysfs_root": str(tmp_path / "sys"),
-        }
+    def settings(self, tmp_path: Path) -> Mapping[str, Any]:
+        return {"sysfs_root": str(tmp_path / "sys")}

@@ -55,6 +55,20 @@ class VendorConfig(BaseModel):
         return Path(self.host_root) / path.lstrip("/")
 
 
+class TwoModeVendorConfig(VendorConfig):
+    """A vendor served by two entry points (:mod:`xpushare_others.common.two_mode_plugin`).
+
+    Each vendor narrows ``mode`` to its two modes and gives it its default.
+    """
+
+    #: Which of the vendor's two entry points this node serves.
+    mode: str = ""
+
+    def names(self, vendor: str) -> ResourceNames:
+        """The resource names of entry point *vendor*."""
+        raise NotImplementedError
+
+
 C = TypeVar("C", bound=VendorConfig)
 
 

@@ -16,7 +16,7 @@ from typing import Final, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from xpushare.models import ResourceNames
-from xpushare_others.common.settings import VendorConfig
+from xpushare_others.common.settings import TwoModeVendorConfig
 from xpushare_others.enflame.drs import parse_profile_name
 
 #: The vendor names (entry points); the settings file is named after the first.
@@ -36,7 +36,7 @@ DEFAULT_DRS_PROFILES: Final = {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"}
 MAX_PROFILES: Final = 32
 
 
-class EnflameConfig(VendorConfig):
+class EnflameConfig(TwoModeVendorConfig):
     #: ``gcu``: whole GCUs (vendor ``enflame``); ``drs``: DRS partitions (``enflame-drs``).
     mode: Literal["gcu", "drs"] = "gcu"
     #: EFML's install directories (Enflame's driver package), relative to ``/`` or each root.

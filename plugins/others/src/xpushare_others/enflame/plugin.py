@@ -1,36 +1,25 @@
 """The two Enflame vendor plugins, ``enflame`` (whole GCUs) and ``enflame-drs`` (DRS partitions).
 
-Why one class for both: they drive the same library and hardware and differ only in their
-resource names, request rules and which ``mode`` a node serves, so each entry point is an
-instance (``xpushare_others.enflame.plugin:gcu`` and ``:drs``) whose hooks are thin calls into
-the modules that do the work. The instance on a node whose ``mode`` is the other one is
-inactive there, with that reason.
+Each entry point is an instance (``xpushare_others.enflame.plugin:gcu`` and ``:drs``) of one
+class; what the two share is :mod:`xpushare_others.common.two_mode_plugin`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from xpushare import API_VERSION, VendorUnavailable, hookimpl
+from xpushare import hookimpl
 from xpushare.models import (
-    AllocateRequest,
-    ContainerAllocation,
     ContainerRequest,
     ContainerView,
-    Device,
     DeviceUsage,
     FitResult,
-    HealthEvent,
     JsonPatchOp,
-    MonitorSnapshot,
     NodeView,
     PodAssignment,
-    PodView,
-    VendorSpec,
 )
-from xpushare.native import NodeContext
-from xpushare_others.common import settings
+from xpushare_others.common.two_mode_plugin import TwoModePlugin, TwoModeVendor
 from xpushare_others.enflame import allocate, detect, health, library, monitor
 from xpushare_others.enflame import fit as fitting
 from xpushare_others.enflame import request as rules
@@ -72,80 +61,31 @@ def drs_annotations(vendor: str, assignment: PodAssignment) -> dict[str, str] | 
     }
 
 
-class EnflamePlugin:
+ENFLAME: TwoModeVendor[EnflameConfig, library.Efml] = TwoModeVendor(
+    section=VENDOR,
+    label="Enflame",
+    vendors={"gcu": VENDOR, "drs": DRS_VENDOR},
+    display_names={"gcu": "Enflame GCU (whole)", "drs": "Enflame GCU (DRS partitions)"},
+    config_type=EnflameConfig,
+    mode_of=mode_of,
+    open_library=library.open_efml,
+    state_key=library.STATE_KEY,
+    library_type=library.Efml,
+    library_state=library.state,
+    detect=detect.detect,
+    sample=monitor.sample,
+    # EFML's event wait needs a listener per GCU300 device; polling covers every GCU.
+    check_health=health.check,
+    allocate=allocate.allocate,
+    adjust_request=rules.adjust,
+)
+
+
+class EnflamePlugin(TwoModePlugin[EnflameConfig, library.Efml]):
     """The hooks of one Enflame vendor (*vendor* is its entry-point name)."""
 
     def __init__(self, vendor: str) -> None:
-        self.vendor = vendor
-        self.mode = mode_of(vendor)
-        #: The settings ``xpushare_vendor`` loaded in this process (hooks given no spec).
-        self.loaded = EnflameConfig()
-
-    def _config(self, ctx: NodeContext) -> EnflameConfig:
-        return settings.cached(EnflameConfig, VENDOR, ctx.config)
-
-    @hookimpl
-    def xpushare_vendor(self) -> VendorSpec:
-        raw = settings.load_settings(VENDOR)
-        config = settings.parse(EnflameConfig, VENDOR, raw)
-        self.loaded = config
-        whole = self.mode == "gcu"
-        return VendorSpec(
-            name=self.vendor,
-            api_version=API_VERSION,
-            display_name="Enflame GCU (whole)" if whole else "Enflame GCU (DRS partitions)",
-            resource_names=config.names(self.vendor),
-            config=raw,
-        )
-
-    # --- node side: the vendor's library thread -------------------------------------------
-
-    @hookimpl
-    def xpushare_startup(self, ctx: NodeContext) -> None:
-        config = self._config(ctx)
-        if config.mode != self.mode:
-            raise VendorUnavailable(
-                self.vendor,
-                f"this node serves Enflame in mode {config.mode!r} (vendor "
-                f"{VENDOR if config.mode == 'gcu' else DRS_VENDOR}); set mode: {self.mode} "
-                f"in XPUSHARE_ENFLAME_CONFIG or the node agent's {self.vendor!r} section to "
-                "serve this one instead",
-            )
-        library.open_efml(ctx, config)
-
-    @hookimpl
-    def xpushare_shutdown(self, ctx: NodeContext) -> None:
-        efml = ctx.state.pop(library.STATE_KEY, None)
-        if isinstance(efml, library.Efml):
-            efml.shutdown()
-
-    @hookimpl
-    def xpushare_detect(self, ctx: NodeContext) -> list[Device]:
-        return detect.detect(library.state(ctx), self._config(ctx), self.vendor, ctx.node_name)
-
-    @hookimpl
-    def xpushare_monitor(self, ctx: NodeContext, devices: Sequence[Device]) -> MonitorSnapshot:
-        return monitor.sample(library.state(ctx), devices)
-
-    @hookimpl
-    def xpushare_check_health(
-        self, ctx: NodeContext, devices: Sequence[Device]
-    ) -> list[HealthEvent]:
-        # EFML's event wait needs a listener per GCU300 device; polling covers every GCU.
-        return health.check(library.state(ctx), devices)
-
-    @hookimpl
-    def xpushare_allocate(self, ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
-        return allocate.allocate(self._config(ctx), self.vendor, request)
-
-    # --- scheduler side: pure --------------------------------------------------------------
-
-    @hookimpl(wrapper=True)
-    def xpushare_resource_request(
-        self, vendor: VendorSpec, pod: PodView, container: ContainerView
-    ) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-        parsed = yield
-        return rules.adjust(parsed, vendor, pod, container)
+        super().__init__(ENFLAME, vendor)
 
     @hookimpl
     def xpushare_fit(

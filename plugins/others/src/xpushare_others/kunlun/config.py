@@ -16,7 +16,7 @@ from typing import Final, Literal
 from pydantic import Field
 
 from xpushare.models import ResourceNames
-from xpushare_others.common.settings import VendorConfig
+from xpushare_others.common.settings import TwoModeVendorConfig
 
 #: The vendor names (entry points); the settings file is named after the first.
 VENDOR: Final = "kunlun"
@@ -34,7 +34,7 @@ XPU_MEMORY_MIB: Final = VXPU_SIZES_MIB[-1]
 VXPU_SLOTS: Final = XPU_MEMORY_MIB // VXPU_SIZES_MIB[0]
 
 
-class KunlunConfig(VendorConfig):
+class KunlunConfig(TwoModeVendorConfig):
     #: ``xpu``: whole XPUs (vendor ``kunlun``); ``vxpu``: vXPU slices (``kunlun-vxpu``).
     mode: Literal["xpu", "vxpu"] = "xpu"
     share_slots: int = Field(default=VXPU_SLOTS, ge=1)
