@@ -53,6 +53,11 @@ async def test_kubelet_restart_twenty_times_reregisters_each_time(plugin_dir):
             )
             assert plugin.generation > generation
         assert len(kubelet.registrations_of(RESOURCE)) == 21
+        # Counted once kubelet's answer reaches the plugin, a moment after kubelet logs it.
+        for _ in range(1000):
+            if plugin.registrations == 21:
+                break
+            await asyncio.sleep(0.01)
         assert plugin.registrations == 21
         # Generations replace the socket; they never leave a dead one behind.
         leftovers = sorted(p.name for p in plugin_dir.iterdir())
@@ -101,6 +106,21 @@ async def test_a_kubelet_restart_is_seen_through_inotify_not_the_poll(plugin_dir
                 timeout_s=10.0,
                 what=f"registered again after restart {restart + 1}",
             )
+
+
+async def test_a_refused_registration_is_retried_soon_not_after_the_retry_interval(plugin_dir):
+    # kubelet's socket exists a moment before it takes plugins: the first dials after the
+    # directory watch wakes the agent can be refused, and must not cost register_retry_s.
+    async with running(plugin_dir, socket_poll_s=30.0, register_retry_s=30.0) as run:
+        before = len(run.kubelet.registrations_of(RESOURCE))
+        run.kubelet.refuse_registrations = 3
+        await run.kubelet.restart()
+        await run.kubelet.wait_until(
+            lambda: len(run.kubelet.registrations_of(RESOURCE)) > before,
+            timeout_s=10.0,
+            what="registered after three refusals",
+        )
+        assert run.kubelet.refused == 3
 
 
 async def test_without_inotify_the_directory_is_polled(plugin_dir, monkeypatch):

@@ -181,6 +181,9 @@ class FakeKubelet:
         self.registrations: list[Registration] = []
         self.restarts = 0
         self.started_at = 0.0
+        #: Registrations to refuse (UNAVAILABLE) before accepting again, and how many were.
+        self.refuse_registrations = 0
+        self.refused = 0
         self.failed_pods: dict[str, str] = {}
         self._random = random.Random(seed)
         self._server: grpc.aio.Server | None = None
@@ -329,6 +332,11 @@ class FakeKubelet:
     # -- registration ----------------------------------------------------------------------------
 
     async def _register(self, request: Any, context: Any) -> Any:
+        if self.refuse_registrations > 0:
+            # A kubelet that has created its socket but is not ready to take plugins yet.
+            self.refuse_registrations -= 1
+            self.refused += 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet is still starting")
         if request.version not in SUPPORTED_VERSIONS:
             await context.abort(
                 grpc.StatusCode.UNKNOWN,

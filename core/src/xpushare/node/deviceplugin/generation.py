@@ -44,6 +44,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The first wait after a refused registration, doubled per attempt up to
+#: ``register_retry_s``: kubelet creates its socket before it serves on it, so the first dial
+#: after the directory watch wakes us can be refused (the re-registration target is 50 ms).
+FIRST_RETRY_S = 0.025
+
 #: The device-plugin API version this plugin speaks (research/k8s-apis.md §1.3).
 API_VERSION = "v1beta1"
 
@@ -223,7 +228,11 @@ class PluginServer:
                     self._signal()
                     self._on_registered(self)
                     return kubelet_inode
-                await asyncio.sleep(self.config.register_retry_s)
+                # A new kubelet.sock can exist a moment before kubelet answers on it: retry
+                # soon, then back off to the configured interval.
+                await asyncio.sleep(
+                    min(self.config.register_retry_s, FIRST_RETRY_S * 2 ** (attempts - 1))
+                )
             else:
                 # No kubelet.sock: it appearing is the change worth waking for.
                 await self._pause(seen, self.config.register_retry_s)
