@@ -10,12 +10,14 @@ ledger is only ever changed between two awaits of the extender's handlers.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from xpushare.codec import (
     ASSIGNMENT_KEY,
@@ -67,7 +69,7 @@ def _older(version: str, than: str) -> bool:
 class NodeRecord:
     name: str
     resource_version: str = ""
-    fingerprint: tuple[object, ...] = ()
+    fingerprint: bytes = b""
     handoff_raw: str | None = None
     handoff: Handoff | None = None
     handoff_error: str | None = None
@@ -89,6 +91,14 @@ class PodRecord:
     #: When the pod got its devices (its PodScheduled time, else when this replica first
     #: counted it), Unix seconds: the web view's "since".
     since: float = 0.0
+
+
+def _feed(digest: Any, kind: str, key: str, value: str) -> None:
+    # Lengths first, so no two different (key, value) lists feed the same bytes.
+    for part in (kind, key, value):
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
 
 
 class ClusterState:
@@ -181,18 +191,24 @@ class ClusterState:
             if _ASCEND_REGISTER.match(key):
                 yield "ascend", key, "json"
 
-    def _fingerprint(self, obj: ob.Object) -> tuple[object, ...]:
+    def _fingerprint(self, obj: ob.Object) -> bytes:
+        """A digest of what the node's devices are decoded from (inventories and labels).
+
+        A digest, not the values: those are kilobytes a node (an inventory of 8 GPUs is
+        ~2 KB), kept for every node for the life of the process only to be compared.
+        """
         ann = ob.annotations_of(obj)
-        relevant = tuple(
-            sorted(
-                (k, v)
-                for k, v in ann.items()
-                if k.startswith("xpushare.io/inventory-")
+        digest = hashlib.blake2b(digest_size=16)
+        for k, v in sorted(ann.items()):
+            if (
+                k.startswith("xpushare.io/inventory-")
                 or k.startswith("hami.io/node-")
                 or k == "metax-tech.com/node-gpu-devices"
-            )
-        )
-        return (relevant, tuple(sorted(ob.labels_of(obj).items())))
+            ):
+                _feed(digest, "a", k, v)
+        for k, v in sorted(ob.labels_of(obj).items()):
+            _feed(digest, "l", k, v)
+        return digest.digest()
 
     def apply_node(self, obj: ob.Object) -> None:
         """A node was added or changed."""
