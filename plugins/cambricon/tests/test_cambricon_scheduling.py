@@ -215,3 +215,10 @@ def test_a_share_without_compute_stays_off_a_card_whose_compute_is_booked(
     refused = fit(handle, view, req, both, order=[a, b])
     assert not refused.fits
     assert refused.reasons[FitReason.COMPUTE_EXHAUSTED] == 2
+
+
+def test_a_share_memory_with_a_unit_names_the_units_it_likely_meant(handle):
+    # vmemory counts units of 256 MiB: "4Gi" was 4,294,967,296 of them.
+    with pytest.raises(ValueError, match="counts units of 256 MiB") as refused:
+        parse(handle, asks(**{MLU: "1", MEM: "4Gi", CORE: "10"}))
+    assert f"is 16 units (4096 MiB): write {MEM}: 16" in str(refused.value)

@@ -220,3 +220,12 @@ def test_an_endless_uuid_list_is_refused_naming_the_annotation(mthreads: Any) ->
     pod = pod.model_copy(update={"annotations": {"mthreads.ai/use-gpuuuid": many}})
     with pytest.raises(ValueError, match=r"mthreads\.ai/use-gpuuuid lists more than 256"):
         mthreads().resource_request(pod=pod, container=c)
+
+
+def test_sgpu_memory_with_a_unit_names_the_units_it_likely_meant(mthreads: Any) -> None:
+    # sgpu-memory counts units of 512 MiB: 8Gi read as bytes is 16 of them.
+    pod, c = _pod(**{"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "8Gi",
+                     "mthreads.com/sgpu-core": "4"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"mthreads\.com/sgpu-memory counts units of 512 MiB") as e:
+        mthreads().resource_request(pod=pod, container=c)
+    assert "is 16 units (8192 MiB): write mthreads.com/sgpu-memory: 16" in str(e.value)

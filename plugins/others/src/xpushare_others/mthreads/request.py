@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from xpushare.models import ContainerRequest, ContainerView, PodView, VendorSpec
+from xpushare.scheduling.quantity import has_unit
 from xpushare_others.common.requests import raw_value, who, whole_devices, with_compute
 from xpushare_others.mthreads.config import CORES_PER_GPU, SGPU_MEMORY_SIZES
 
@@ -55,7 +56,14 @@ def adjust(
                 f"got {cores}"
             )
         request = with_compute(request, cores * 100 // CORES_PER_GPU)
-    if request.memory_mib is not None and not request.exclusive:
+    raw_memory = raw_value(container, names.memory)
+    # A value with a unit ("8Gi") is refused by the plugin host after this wrapper, with
+    # the units it likely meant; the size list below would only show the suffix multiplied.
+    if (
+        request.memory_mib is not None
+        and not request.exclusive
+        and not (raw_memory is not None and has_unit(raw_memory))
+    ):
         units = request.memory_mib // vendor.memory_unit_mib
         if units not in SGPU_MEMORY_SIZES:
             sizes = ", ".join(str(s) for s in SGPU_MEMORY_SIZES)
