@@ -222,8 +222,8 @@ class VendorHandle:
         except ValueError:
             return  # the parser refused it already, or a wrapper read it its own way
         unit = self.spec.memory_unit_mib
-        if memory_mib != value * unit:
-            return  # a wrapper gave the suffix its own meaning
+        if value == 0 or memory_mib != value * unit:
+            return  # zero in any unit, or a wrapper gave the suffix its own meaning
         units = math.ceil(value / (MIB * unit))
         counted = "MiB" if unit == 1 else f"units of {unit} MiB"
         meant = f"{units} MiB" if unit == 1 else f"{units} units ({units * unit} MiB)"
