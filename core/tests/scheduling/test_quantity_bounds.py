@@ -160,7 +160,8 @@ def test_the_plugin_host_bounds_every_vendors_final_request() -> None:
         name="main", limits={"xpushare.io/mock-gpu": "1", "xpushare.io/mock-gpumem": "8Gi"}
     )
     pod = PodView(ref=PodRef(namespace="ml", name="p"), containers=(container,))
-    with pytest.raises(ValueError, match=r"'8Gi' read as bytes is 8192 MiB: write xpushare\.io/mock-gpumem: 8192"):
+    meant = r"'8Gi' read as bytes is 8192 MiB: write xpushare\.io/mock-gpumem: 8192"
+    with pytest.raises(ValueError, match=meant):
         placer.request(pod)
     fine = container.model_copy(update={"limits": {"xpushare.io/mock-gpumem": "8000"}})
     request = placer.request(pod.model_copy(update={"containers": (fine,)}))
