@@ -110,6 +110,13 @@ async def test_a_copied_assignment_is_removed(sched, http):
         ({"gpu": "1", "cores": "150"}, "at most 100"),
         ({"gpu": "1", "mem": "900000"}, "largest mock device"),
         ({"gpu": "1.5"}, "whole number"),
+        # The unit of the memory resource is MiB: a suffix is not multiplied in (16Gi would
+        # be 17,179,869,184 MiB), the message says what was likely meant.
+        (
+            {"gpu": "1", "mem": "16Gi"},
+            "'16Gi' read as bytes is 16384 MiB: write " + MEM + ": 16384",
+        ),
+        ({"gpu": "1", "mem": "1k"}, "'1k' read as bytes is 1 MiB"),
     ],
 )
 async def test_invalid_requests_are_denied_precisely(api, sched, http, limits, words):

@@ -151,7 +151,8 @@ def test_device_memory_and_count_beyond_any_device_or_node_are_refused() -> None
 
 def test_the_plugin_host_bounds_every_vendors_final_request() -> None:
     """A value with a unit may mean bytes to a vendor's wrapper (MetaX), so the core's parser
-    leaves it alone; the host checks what the vendor finally asks, for every vendor."""
+    leaves it alone; the host checks what the vendor finally asks, for every vendor: read as
+    a count of MiB (8,589,934,592 MiB here), it is refused with the MiB it likely meant."""
     host = PluginHost(core_plugins=CORE_PLUGINS)
     host.register("mock", mock)
     placer = Placer(UsageLedger(), "binpack", host=host)
@@ -159,7 +160,8 @@ def test_the_plugin_host_bounds_every_vendors_final_request() -> None:
         name="main", limits={"xpushare.io/mock-gpu": "1", "xpushare.io/mock-gpumem": "8Gi"}
     )
     pod = PodView(ref=PodRef(namespace="ml", name="p"), containers=(container,))
-    with pytest.raises(ValueError, match=r"xpushare\.io/mock-gpumem asks for 8,589,934,592 MiB"):
+    meant = r"'8Gi' read as bytes is 8192 MiB: write xpushare\.io/mock-gpumem: 8192"
+    with pytest.raises(ValueError, match=meant):
         placer.request(pod)
     fine = container.model_copy(update={"limits": {"xpushare.io/mock-gpumem": "8000"}})
     request = placer.request(pod.model_copy(update={"containers": (fine,)}))

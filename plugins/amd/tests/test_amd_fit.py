@@ -12,6 +12,7 @@ from xpushare.models import (
     Device,
     DeviceUsage,
     FitReason,
+    FitResult,
     NodeView,
     PodRef,
     PodView,
@@ -226,4 +227,30 @@ def test_through_the_host_gpucores_defaults_to_all_compute_units() -> None:
     )
     assert not second.fits and second.reasons[FitReason.INSUFFICIENT_COMPUTE] == 1
     assert handle.implements("xpushare_fit")
+    host.close()
+
+
+def test_a_use_gputype_of_separators_only_accepts_no_gpu_as_hami_does() -> None:
+    # HAMi's AMD match (checkAMDType) refuses every card for `amd.com/use-gputype: ", "`: the
+    # value is not blank, and no entry of it names a model. A blank value is no constraint,
+    # and so is a `nouse-gputype` of separators.
+    host = amd_host(None)
+    handle = host.vendor("amd")
+    view = NodeView(name="n", devices=(gpu(0), gpu(1)))
+    container = ContainerView(name="c", limits={"amd.com/gpu": "1", "amd.com/gpumem": "8000"})
+
+    def placed(**annotations: str) -> FitResult:
+        pod = PodView(ref=PodRef(name="p"), containers=(container,), annotations=annotations)
+        asked = handle.resource_request(pod=pod, container=container)
+        assert asked is not None
+        return handle.fit(request=asked, node=view, usage={}, device_order=[])
+
+    refused = placed(**{"amd.com/use-gputype": ", "})
+    assert not refused.fits
+    assert refused.reasons[FitReason.MODEL_MISMATCH] == 2
+    assert placed(**{"amd.com/use-gputype": " "}).fits
+    assert placed(**{"amd.com/use-gputype": ", mi300x"}).fits
+    assert not placed(**{"amd.com/use-gputype": "MI250"}).fits
+    assert placed(**{"amd.com/nouse-gputype": ", "}).fits
+    assert not placed(**{"amd.com/nouse-gputype": " ,MI300"}).fits
     host.close()

@@ -191,3 +191,34 @@ def test_numa_binding_keeps_cards_on_one_node(make_handle, fake_lib, table, tmp_
     req = parse(handle, asks(**{MLU: "2"}), **{"xpushare.io/numa-bind": "true"})
     result = fit(handle, view, req)
     assert sorted(s.index for s in result.devices) == [1, 2]
+
+
+def test_a_share_without_compute_stays_off_a_card_whose_compute_is_booked(
+    make_handle, fake_lib, table, cluster_config
+):
+    # The env split allows a 0 % compute share; like the core's fit, a card whose compute
+    # is fully booked cannot take one (it would run on nothing; the placer had no score).
+    table.cards(card_line(0), card_line(1))
+    cluster_config(share_mode="env")
+    handle = make_handle(fake_lib, share_mode="env")
+    handle.startup()
+    view = NodeView(name="n1", devices=handle.detect())
+    a, b = (d.id for d in view.devices)
+    assert {d.mode for d in view.devices} == {"env-split"}
+    req = parse(handle, asks(**{MLU: "1", MEM: "4", CORE: "0"}))
+    assert (req.compute_percent, req.exclusive) == (0, False)
+    booked = {a: DeviceUsage(device_id=a, used_slots=1, used_compute_percent=100)}
+    result = fit(handle, view, req, booked, order=[a, b])
+    assert [s.device_id for s in result.devices] == [b]
+    assert result.reasons[FitReason.COMPUTE_EXHAUSTED] == 1
+    both = {**booked, b: DeviceUsage(device_id=b, used_slots=1, used_compute_percent=100)}
+    refused = fit(handle, view, req, both, order=[a, b])
+    assert not refused.fits
+    assert refused.reasons[FitReason.COMPUTE_EXHAUSTED] == 2
+
+
+def test_a_share_memory_with_a_unit_names_the_units_it_likely_meant(handle):
+    # vmemory counts units of 256 MiB: "4Gi" was 4,294,967,296 of them.
+    with pytest.raises(ValueError, match="counts units of 256 MiB") as refused:
+        parse(handle, asks(**{MLU: "1", MEM: "4Gi", CORE: "10"}))
+    assert f"is 16 units (4096 MiB): write {MEM}: 16" in str(refused.value)

@@ -132,3 +132,24 @@ def test_the_default_path_is_free_once_moved_and_gpu_device_nodes_stay_guarded()
         host.close()
     assert response["allowed"] is False
     assert "spec.volumes[0].hostPath.path '/dev/nvidia0'" in response["status"]["message"]
+
+
+def test_gpumem_with_a_unit_is_refused_with_the_mib_it_likely_meant() -> None:
+    # nvidia.com/gpumem counts MiB: "16Gi" was read as 17,179,869,184 MiB.
+    host = scheduler_host({})
+    try:
+        hook = webhook(host)
+        obj = gpu_pod({"emptyDir": {}}, "/data")
+        obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "16Gi"
+        refused = hook.review(review(obj))["response"]
+        plain = gpu_pod({"emptyDir": {}}, "/data")
+        plain["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "16384"
+        admitted = hook.review(review(plain))["response"]
+    finally:
+        host.close()
+    assert refused["allowed"] is False
+    message = refused["status"]["message"]
+    assert "nvidia.com/gpumem counts MiB" in message
+    assert "'16Gi' read as bytes is 16384 MiB: write nvidia.com/gpumem: 16384" in message
+    assert "container 'main'" in message
+    assert admitted["allowed"] is True

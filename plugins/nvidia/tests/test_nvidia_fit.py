@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 from fake_nvml import FakeNvml, Gpu, uuid
+from nvidia_kit import NODE, base_config
 
 from xpushare.models import (
     ContainerRequest,
@@ -16,7 +18,10 @@ from xpushare.models import (
     FitResult,
     NodeView,
 )
+from xpushare.placement import Placer
 from xpushare.plugins import VendorHandle
+from xpushare.scheduling import PodRequest, UsageLedger
+from xpushare.testing.hosts import VendorHosts
 from xpushare_nvidia import plugin
 
 
@@ -283,3 +288,34 @@ def test_fit_applies_on_nvlink_nodes(islands: tuple[VendorHandle, NodeView]) -> 
 
 def test_fit_applies_on_mig_nodes(mig_view: tuple[VendorHandle, NodeView]) -> None:
     assert plugin.xpushare_fit_applies(mig_view[1].devices) is True
+
+
+def test_filter_says_why_a_mig_gpu_with_too_few_free_instances_is_out(
+    fake: FakeNvml, driver_root: Path, hami_dir: Path
+) -> None:
+    # One 1g.10gb of GPU 0 is taken: a pod asking for two gets one, and /filter must say so
+    # (the plugin's message), not only that the whole GPU 1 has no such partition.
+    fake.add_gpus(2, Gpu(name="NVIDIA A100-SXM4-80GB", sm_count=98))
+    fake.enable_mig(0)
+    fake.add_mig(0, "3g.40gb", 40192, 42, 3, gi=1)
+    fake.add_mig(0, "1g.10gb", 9856, 14, 1, gi=9)
+    fake.add_mig(0, "1g.10gb", 9856, 14, 1, gi=10)
+    with VendorHosts("nvidia", plugin, node_name=NODE, strict=True) as hosts:
+        host = hosts.host(base_config(driver_root, hami_dir))
+        handle = host.vendor("nvidia")
+        handle.startup()
+        ledger = UsageLedger()
+        ledger.set_node(NODE, handle.detect())
+        placer = Placer(ledger, "binpack", host=host)
+        one = PodRequest.build([ask(1, partition="1g.10gb")])
+        placer.commit("default/first", one, placer.decide(one, NODE))
+        two = PodRequest.build([ask(2, partition="1g.10gb")])
+        result = placer.filter(two, [NODE])
+        assert result.fits == []
+        message = result.failed[NODE]
+        assert "no 2 free MIG instance(s) of profile 1g.10gb" in message
+        assert FitReason.NOT_ENOUGH_FIT.value in message
+        assert "nvidia x2" in message
+        # `xpushare fit`'s view of the same node says the same.
+        (refused,) = placer.explain(two, NODE).containers
+        assert "no 2 free MIG instance(s) of profile 1g.10gb" in refused.explain()

@@ -733,11 +733,13 @@ class Placer:
             order = self._order(state, table, demand)
             fitter = fitters.get(demand.vendor)
             answer = fitter(state, table, demand, order, use, True) if fitter else None
+            note = ""
             if answer is None:
-                answer = fit_demand(table, demand, order, use, full=True)
-            picks, reasons = answer
+                picks, reasons = fit_demand(table, demand, order, use, full=True)
+            else:
+                picks, reasons, note = answer
             if picks is None:
-                message = summarize(reasons, len(table.devices), demand)
+                message = summarize(reasons, len(table.devices), demand, note)
                 results.append(FitResult(fits=False, reasons=dict(reasons), message=message))
                 fits, reason = False, message
                 break
@@ -769,7 +771,7 @@ class Placer:
             order: Sequence[DeviceState] | None,
             extra: Extra | None,
             full: bool,
-        ) -> tuple[list[Pick] | None, dict[FitReason, int]] | None:
+        ) -> tuple[list[Pick] | None, dict[FitReason, int], str] | None:
             applies = table.vendor_fit
             if applies is None:  # once per table: the ledger builds a new one per inventory
                 applies = table.vendor_fit = handle.fit_applies(
@@ -790,18 +792,19 @@ class Placer:
                 )
             except PluginError as exc:
                 log.warning("vendor %s: fit on node %s failed: %s", handle.name, node.name, exc)
-                return None, {FitReason.VENDOR_ERROR: 1}
+                return None, {FitReason.VENDOR_ERROR: 1}, ""
             if result is None:
                 return None  # the vendor leaves it to the default fit on the prebuilt table
             if not result.fits:
-                return None, dict(result.reasons or {FitReason.NOT_ENOUGH_FIT: 1})
+                # The vendor's message goes on to /filter: it may say what no reason can.
+                return None, dict(result.reasons or {FitReason.NOT_ENOUGH_FIT: 1}), result.message
             picks: list[Pick] = []
             for s in result.devices:
                 d = table.by_id.get(s.device_id)
                 if d is None:
-                    return None, {FitReason.VENDOR_ERROR: 1}
+                    return None, {FitReason.VENDOR_ERROR: 1}, ""
                 picks.append((d, s.memory_mib, s.compute_percent, s.exclusive, s.partition))
-            return picks, dict(result.reasons)
+            return picks, dict(result.reasons), ""
 
         return fitter
 

@@ -11,6 +11,7 @@ hooks on the vendor's own library thread (DESIGN.md §4).
 from __future__ import annotations
 
 import logging
+import math
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,6 +38,7 @@ from xpushare.models import (
 from xpushare.models.request import MAX_DEVICE_COUNT, MAX_DEVICE_MEMORY_MIB
 from xpushare.native import LibraryThread, NativeError, NodeContext
 from xpushare.plugins import validation
+from xpushare.scheduling.quantity import MIB, has_unit, parse_quantity, shown
 
 if TYPE_CHECKING:
     import pluggy
@@ -188,6 +190,8 @@ class VendorHandle:
                 f"{who}: {names.count} asks for {request.count:,} {self.name} devices, more "
                 f"than any node has; ask for at most {MAX_DEVICE_COUNT}"
             )
+        if request.memory_mib is not None:
+            self._no_unit_suffix(request.memory_mib, container, who)
         if request.memory_mib is not None and request.memory_mib > MAX_DEVICE_MEMORY_MIB:
             raise ValueError(
                 f"{who}: {names.memory or 'memory'} asks for {request.memory_mib:,} MiB per "
@@ -195,6 +199,38 @@ class VendorHandle:
                 f"{MAX_DEVICE_MEMORY_MIB:,} MiB, 16 TiB); ask for at most that"
             )
         return request
+
+    def _no_unit_suffix(self, memory_mib: int, container: ContainerView, who: str) -> None:
+        """Refuse a memory value with a unit (``16Gi``) that was read as a count of units.
+
+        The memory resource counts MiB (or the vendor's units) as a plain number, as in HAMi;
+        the core's parser multiplies by the suffix (``16Gi`` is 17,179,869,184 MiB), so such
+        a value is refused with what the user most likely meant: the quantity read as bytes,
+        the Kubernetes meaning of a memory suffix. A vendor whose wrapper gives the suffix
+        that meaning itself (MetaX, Kunlun) returns another figure and is left alone.
+        """
+        name = self.spec.resource_names.memory
+        if name is None:
+            return
+        raw = container.limits.get(name)
+        if raw is None:
+            raw = container.requests.get(name)
+        if raw is None or not has_unit(raw):
+            return
+        try:
+            value = parse_quantity(raw)
+        except ValueError:
+            return  # the parser refused it already, or a wrapper read it its own way
+        unit = self.spec.memory_unit_mib
+        if value == 0 or memory_mib != value * unit:
+            return  # zero in any unit, or a wrapper gave the suffix its own meaning
+        units = math.ceil(value / (MIB * unit))
+        counted = "MiB" if unit == 1 else f"units of {unit} MiB"
+        meant = f"{units} MiB" if unit == 1 else f"{units} units ({units * unit} MiB)"
+        raise ValueError(
+            f"{who}: {name} counts {counted} as a plain number, without a unit; "
+            f"{shown(raw)} read as bytes is {meant}: write {name}: {units}"
+        )
 
     def fit(
         self,

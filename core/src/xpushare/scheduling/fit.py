@@ -48,11 +48,12 @@ Pick = tuple[DeviceState, int, int, bool, str | None]
 Extra = dict[str, list[int]]
 #: A policy's preferred device order for one demand on one table (None: inventory order).
 DeviceOrder = Callable[[NodeState, DeviceTable, Demand], Sequence[DeviceState] | None]
-#: A vendor's own fit for one demand: (node, table, demand, order, extra, full) -> picks, why;
+#: A vendor's own fit for one demand: (node, table, demand, order, extra, full) -> picks, why,
+#: and the vendor's own explanation of a refusal ("" for none: the reasons are summarised);
 #: ``None`` leaves the demand to the default fit.
 DemandFitter = Callable[
     [NodeState, DeviceTable, Demand, Sequence[DeviceState] | None, Extra | None, bool],
-    tuple[list[Pick] | None, dict[FitReason, int]] | None,
+    tuple[list[Pick] | None, dict[FitReason, int], str] | None,
 ]
 
 _NONE = (0, 0, 0, 0)
@@ -252,6 +253,9 @@ class PodFit:
     examined: int = 0
     #: The message, once built (answers are shared between nodes and read many times).
     text: str | None = None
+    #: A vendor fit's own explanation of the refusal, which says more than its reasons can
+    #: (NVIDIA: how many MIG instances of a profile are free); "" when there is none.
+    note: str = ""
 
     def primary(self) -> FitReason | None:
         """The main reason it does not fit: a node-wide one, else the commonest per device."""
@@ -270,7 +274,7 @@ class PodFit:
         if self.fits:
             return "fits"
         if self.text is None:
-            self.text = summarize(self.reasons, self.examined, self.failed)
+            self.text = summarize(self.reasons, self.examined, self.failed, self.note)
         return self.text
 
 
@@ -326,11 +330,15 @@ def fit_pod(
                 return rejected
         devices = order(node, table, demand) if order is not None else None
         answer = fitter(node, table, demand, devices, use, full) if fitter is not None else None
+        note = ""
         if answer is None:
-            answer = fit_demand(table, demand, devices, use, full=full)
-        picks, reasons = answer
+            picks, reasons = fit_demand(table, demand, devices, use, full=full)
+        else:
+            picks, reasons, note = answer
         if picks is None:
-            return PodFit(False, reasons=reasons, failed=demand, examined=len(table.devices))
+            return PodFit(
+                False, reasons=reasons, failed=demand, examined=len(table.devices), note=note
+            )
         out.append((demand, picks))
         if not demand.init:
             add_extra(extra, picks)
@@ -361,9 +369,15 @@ def fit_alone(table: DeviceTable, demand: Demand) -> PodFit:
 
 
 def summarize(
-    reasons: Mapping[FitReason, int], examined: int = 0, demand: Demand | None = None
+    reasons: Mapping[FitReason, int],
+    examined: int = 0,
+    demand: Demand | None = None,
+    note: str = "",
 ) -> str:
-    """'mock: 0/8 devices fit (5 not enough free device compute, 3 no free share slot ...)'."""
+    """'mock: 0/8 devices fit (5 not enough free device compute, 3 no free share slot ...)'.
+
+    A vendor fit's *note* (its own explanation, which names its reasons) replaces the summary.
+    """
     node_wide = [r for r in reasons if r in _NODE_WIDE]
     per_device = sorted(
         ((n, r) for r, n in reasons.items() if r not in _NODE_WIDE), key=lambda x: (-x[0], x[1])
@@ -383,7 +397,7 @@ def summarize(
         )
     elif FitReason.NOT_ENOUGH_FIT in reasons:
         parts.append(FitReason.NOT_ENOUGH_FIT.value)
-    text = "; ".join(parts) or "does not fit"
+    text = note or "; ".join(parts) or "does not fit"
     if demand is not None:
         who = f"container {demand.container!r} " if demand.container else ""
         text = f"{who}{demand.vendor} x{demand.count}: {text}"

@@ -37,6 +37,20 @@ if TYPE_CHECKING:
     from xpushare.models import ContainerRequest, Device, DeviceUsage, NodeView
 
 
+#: A model entry that names no model: what ``amd.com/use-gputype`` gives when it holds only
+#: separators (``", "``). HAMi's AMD match (pkg/device/amd/device.go, checkAMDType) then
+#: accepts no card, where its other vendors accept every card; an empty entry never matches.
+NO_MODEL = ""
+
+
+def model_wanted(request: ContainerRequest, model: str) -> bool:
+    """Whether *model* (upper case) passes the request's model lists, HAMi's AMD way."""
+    include = request.models_include
+    if include and not any(m.strip() and m.strip().upper() in model for m in include):
+        return False
+    return not any(m.strip() and m.strip().upper() in model for m in request.models_exclude)
+
+
 def wants_whole_memory(request: ContainerRequest) -> bool:
     return request.memory_mib is None and request.memory_percent is None
 
@@ -109,10 +123,7 @@ def check(
     used_compute = usage.used_compute_percent if usage else 0
     if not device.healthy:
         return FitReason.UNHEALTHY
-    model = device.model.upper()
-    if request.models_include and not any(m.upper() in model for m in request.models_include):
-        return FitReason.MODEL_MISMATCH
-    if any(m.upper() in model for m in request.models_exclude):
+    if not model_wanted(request, device.model.upper()):
         return FitReason.MODEL_MISMATCH
     names = {device.id, ids.parse(device.id).physical, device.extra.get("uuid", "")}
     if request.uuids_include and not names & set(request.uuids_include):

@@ -35,6 +35,7 @@ from xpushare.models import (
     LinkKind,
     MonitorSnapshot,
     NodeView,
+    PodView,
     VendorSpec,
 )
 from xpushare.native import NodeContext
@@ -113,12 +114,21 @@ def xpushare_allocate(request: AllocateRequest) -> ContainerAllocation:
 
 @hookimpl(wrapper=True)
 def xpushare_resource_request(
-    vendor: VendorSpec, container: ContainerView
+    vendor: VendorSpec, pod: PodView, container: ContainerView
 ) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-    """The core's parse, with HAMi's AMD default: no ``amd.com/gpucores`` means 100 %."""
+    """The core's parse, with HAMi's AMD rules: no ``amd.com/gpucores`` means 100 %, and a
+    ``use-gputype`` of separators only (``", "``) accepts no GPU."""
     request = yield
+    if request is None:
+        return request
+    if not request.models_include:
+        # The core drops empty entries; HAMi's AMD match keeps the annotation's constraint.
+        domain = vendor.resource_names.count.split("/", 1)[0]
+        use_type = pod.annotations.get(f"{domain}/use-gputype", "")
+        if use_type.strip():
+            request = request.model_copy(update={"models_include": (amd_fit.NO_MODEL,)})
     compute = vendor.resource_names.compute
-    if request is None or compute is None:
+    if compute is None:
         return request
     if compute in container.limits or compute in container.requests:
         return request

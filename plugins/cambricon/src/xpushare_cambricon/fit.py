@@ -62,6 +62,10 @@ def refusal(
         return FitReason.INSUFFICIENT_MEMORY
     if usage.used_compute_percent + request.compute_percent > 100:
         return FitReason.INSUFFICIENT_COMPUTE
+    if request.compute_percent == 0 and usage.used_compute_percent >= 100:
+        # A 0 % share (the env split allows one) on a card whose compute is all booked
+        # would get no compute at all: refused as the core's fit refuses it.
+        return FitReason.COMPUTE_EXHAUSTED
     return None
 
 

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from xpushare.errors import VendorUnavailable
-from xpushare.models import AllocateRequest, ContainerView, DeviceSlice, PodRef, PodView
+from xpushare.models import (
+    AllocateRequest,
+    ContainerView,
+    DeviceSlice,
+    FitReason,
+    NodeView,
+    PodRef,
+    PodView,
+)
 from xpushare.plugins import VendorHandle
 from xpushare_others.mthreads.library import SYMBOLS
 
@@ -180,3 +188,44 @@ def test_invalid_mthreads_requests_are_refused(mthreads: Any) -> None:
     pod, c = _pod(**{"mthreads.com/vgpu": "1", "mthreads.com/sgpu-core": "20"})
     with pytest.raises(ValueError, match="1 to 16"):
         handle.resource_request(pod=pod, container=c)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value"),
+    [("mthreads.ai/use-gpuuuid", "GPU-mt-1"), ("mthreads.ai/nouse-gpuuuid", "GPU-mt-0")],
+)
+def test_hamis_uuid_annotations_under_mthreads_ai_pin_the_gpu(
+    table: Any, mthreads: Any, annotation: str, value: str
+) -> None:
+    # HAMi reads Moore Threads' UUID choice under mthreads.ai, not the resources' domain.
+    handle = started(mthreads)
+    view = NodeView(name="n1", devices=tuple(handle.detect()))
+    c = ContainerView(
+        name="main", limits={"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "8",
+                             "mthreads.com/sgpu-core": "4"},
+    )  # fmt: skip
+    pod = PodView(ref=PodRef(name="p"), containers=(c,), annotations={annotation: value})
+    request = handle.resource_request(pod=pod, container=c)
+    assert request is not None
+    order = [d.id for d in view.devices]
+    assert order == ["GPU-mt-0", "GPU-mt-1"]
+    result = handle.fit(request=request, node=view, usage={}, device_order=order)
+    assert [s.device_id for s in result.devices] == ["GPU-mt-1"]
+    assert result.reasons == {FitReason.UUID_MISMATCH: 1}
+
+
+def test_an_endless_uuid_list_is_refused_naming_the_annotation(mthreads: Any) -> None:
+    pod, c = _pod(**{"mthreads.com/vgpu": "1"})
+    many = ",".join(f"GPU-{i}" for i in range(300))
+    pod = pod.model_copy(update={"annotations": {"mthreads.ai/use-gpuuuid": many}})
+    with pytest.raises(ValueError, match=r"mthreads\.ai/use-gpuuuid lists more than 256"):
+        mthreads().resource_request(pod=pod, container=c)
+
+
+def test_sgpu_memory_with_a_unit_names_the_units_it_likely_meant(mthreads: Any) -> None:
+    # sgpu-memory counts units of 512 MiB: 8Gi read as bytes is 16 of them.
+    pod, c = _pod(**{"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "8Gi",
+                     "mthreads.com/sgpu-core": "4"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"mthreads\.com/sgpu-memory counts units of 512 MiB") as e:
+        mthreads().resource_request(pod=pod, container=c)
+    assert "is 16 units (8192 MiB): write mthreads.com/sgpu-memory: 16" in str(e.value)
