@@ -118,6 +118,23 @@ class FeasibilityChecker:
             return _FITS  # one object for every answer kept: most answers are this one
         return (False, fit.message(), fit.primary())
 
+    def _shared_fit(
+        self,
+        shared: dict[tuple[int, int], Verdict],
+        rid: int,
+        sid: int,
+        state: NodeState,
+        request: PodRequest,
+    ) -> Verdict:
+        """The answer nodes in state *sid* share for request *rid*, fitted on first need."""
+        verdict = shared.get((rid, sid))
+        if verdict is None:
+            verdict = self._fit(state, request)
+            if len(shared) >= SHARED_LIMIT:
+                self._forget()
+            shared[(rid, sid)] = verdict
+        return verdict
+
     def check(
         self, request: PodRequest, names: Iterable[str], *, observe: bool = True
     ) -> Feasibility:
@@ -189,13 +206,7 @@ class FeasibilityChecker:
                     sids[name] = (state, state.version, sid)
                 verdict = local.get(sid)
                 if verdict is None:
-                    verdict = shared.get((rid, sid))
-                    if verdict is None:
-                        verdict = self._fit(state, request)
-                        if len(shared) >= SHARED_LIMIT:
-                            self._forget()
-                        shared[(rid, sid)] = verdict
-                    local[sid] = verdict
+                    verdict = local[sid] = self._shared_fit(shared, rid, sid, state, request)
             else:
                 verdict = state.memo.get(key)
                 if verdict is None:
@@ -258,13 +269,7 @@ class FeasibilityChecker:
                 sid = known if known is not None else table.state_id()
             verdict = local.get(sid)
             if verdict is None:
-                verdict = shared.get((rid, sid))
-                if verdict is None:
-                    verdict = self._fit(state, request)
-                    if len(shared) >= SHARED_LIMIT:
-                        self._forget()
-                    shared[(rid, sid)] = verdict
-                local[sid] = verdict
+                verdict = local[sid] = self._shared_fit(shared, rid, sid, state, request)
             if verdict is _FITS:
                 fits.append(name)
             else:
