@@ -146,8 +146,13 @@ def test_fgd_ties_on_the_integer_score_go_to_the_first_node_in_the_fleet() -> No
     # Two 1-GPU nodes; "b" has 30 % booked. A 60 % task grows fragmentation by 8 units on
     # the empty node (its 400 left cannot hold the rare 50 % shape) and by 2 on "b": both
     # score 49, so FGD takes the node registered first. fgd-cpu, the default, still ranks
-    # by the exact growth and takes "b" whatever the order.
+    # by the exact growth and takes "b" whatever the order, unless the workload is pinned to
+    # models: then it is FGD, integer score included.
     w = workload((share(50), 0.02), (share(10), 0.98))
+    pinned = workload(
+        (pod(memory_percent=50, compute_percent=50, models_include=("A100",)), 0.02),
+        (pod(memory_percent=10, compute_percent=10, models_include=("A100",)), 0.98),
+    )
     task = share(60)
     for order in (("a", "b"), ("b", "a")):
         ledger = UsageLedger()
@@ -162,6 +167,10 @@ def test_fgd_ties_on_the_integer_score_go_to_the_first_node_in_the_fleet() -> No
         assert Placer(ledger, fgd).select(task) == order[0]
         cpu = FgdCpuPolicy(w)
         assert Placer(ledger, cpu).select(task) == "b"
+        cpu_pinned = FgdCpuPolicy(pinned)
+        assert not cpu_pinned.cpu_aware
+        assert [cpu_pinned.score(nodes[n], task) for n in "ab"] == [49, 49]
+        assert Placer(ledger, cpu_pinned).select(task) == order[0]
 
 
 def test_workload_keeps_the_most_popular_shapes_up_to_the_coverage() -> None:
