@@ -13,6 +13,7 @@ from xpushare.models import (
     DeviceSlice,
     PodAssignment,
 )
+from xpushare.placement import Placer
 from xpushare.scheduling import (
     FragmentationMeter,
     FragmentationPolicy,
@@ -21,6 +22,8 @@ from xpushare.scheduling import (
     UsageLedger,
     Workload,
 )
+from xpushare.scheduling.fragmentation import fgd_score
+from xpushare.scheduling.hostaware import FgdCpuPolicy
 
 
 def gpus(node: str, n: int, model: str = "A100") -> list[Device]:
@@ -127,6 +130,47 @@ def test_fgd_moves_a_task_where_fragmentation_grows_least() -> None:
         0,
     )
     assert after == 200
+
+
+def test_fgd_score_is_the_authors_integer_sigmoid_of_the_growth() -> None:
+    # int(100 x sigmoid(-growth / 1000)), truncated: 50 at no change, 26 at +1 GPU, 73 at -1.
+    assert [fgd_score(g) for g in (0, -1, 1, 40, 41, 1000, -1000)] == [50, 50, 49, 49, 48, 26, 73]
+    assert fgd_score(float("inf")) == 0  # no fit
+    assert fgd_score(10**9) == 0 and fgd_score(-(10**9)) == 100  # no overflow at the ends
+    # Monotone: less growth never scores lower.
+    scores = [fgd_score(g) for g in range(-9000, 9000, 7)]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_fgd_ties_on_the_integer_score_go_to_the_first_node_in_the_fleet() -> None:
+    # Two 1-GPU nodes; "b" has 30 % booked. A 60 % task grows fragmentation by 8 units on
+    # the empty node (its 400 left cannot hold the rare 50 % shape) and by 2 on "b": both
+    # score 49, so FGD takes the node registered first. fgd-cpu, the default, still ranks
+    # by the exact growth and takes "b" whatever the order, unless the workload is pinned to
+    # models: then it is FGD, integer score included.
+    w = workload((share(50), 0.02), (share(10), 0.98))
+    pinned = workload(
+        (pod(memory_percent=50, compute_percent=50, models_include=("A100",)), 0.02),
+        (pod(memory_percent=10, compute_percent=10, models_include=("A100",)), 0.98),
+    )
+    task = share(60)
+    for order in (("a", "b"), ("b", "a")):
+        ledger = UsageLedger()
+        for name in order:
+            ledger.set_node(name, gpus(name, 1))
+        use(ledger, "p", "b", 0, 30)
+        fgd = FragmentationPolicy(w)
+        nodes = ledger.nodes
+        assert [fgd.best(nodes[n], task).growth for n in "ab"] == [8, 2]
+        assert [fgd.score(nodes[n], task) for n in "ab"] == [49, 49]
+        assert fgd.score_many([nodes["a"], nodes["b"]], task) == [49, 49]
+        assert Placer(ledger, fgd).select(task) == order[0]
+        cpu = FgdCpuPolicy(w)
+        assert Placer(ledger, cpu).select(task) == "b"
+        cpu_pinned = FgdCpuPolicy(pinned)
+        assert not cpu_pinned.cpu_aware
+        assert [cpu_pinned.score(nodes[n], task) for n in "ab"] == [49, 49]
+        assert Placer(ledger, cpu_pinned).select(task) == order[0]
 
 
 def test_workload_keeps_the_most_popular_shapes_up_to_the_coverage() -> None:

@@ -19,9 +19,9 @@ from rich.table import Table
 
 from xpushare.placement import PlacementConfig
 from xpushare.scheduling import DEFAULT_POLICY
+from xpushare.simulator.datasets import TRACES
 
 DEFAULT_POLICIES = ",".join(dict.fromkeys(["best-fit", "fgd", DEFAULT_POLICY]))
-TRACE_NAMES = ("default", "gpushare40", "multigpu50", "gpuspec33")
 
 
 def _policies(value: str) -> list[str]:
@@ -34,7 +34,7 @@ def _policies(value: str) -> list[str]:
 @click.command("simulate")
 @click.option(
     "--trace",
-    type=click.Choice(TRACE_NAMES),
+    type=click.Choice(TRACES),
     help="A full openb trace by name (files from --data-dir). Default: the embedded sample.",
 )
 @click.option(
@@ -84,7 +84,16 @@ def _policies(value: str) -> list[str]:
     type=click.Choice(["first", "random"]),
     default="first",
     show_default=True,
-    help="Among equally good nodes: the first, or a seeded random one (kube-scheduler's way).",
+    help="Among equally good nodes: the first in the fleet's order, or a seeded random one"
+    " per decision.",
+)
+@click.option(
+    "--node-order",
+    type=click.Choice(["seeded", "listed"]),
+    default="seeded",
+    show_default=True,
+    help="The fleet's order, which decides ties: random drawn from each seed (the FGD"
+    " authors' simulator: random node names, first name wins), or as the fleet file lists it.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 @click.option(
@@ -105,6 +114,7 @@ def command(
     inflation: float,
     target: float,
     tie_break: str,
+    node_order: str,
     as_json: bool,
     plot_path: Path | None,
     quiet: bool,
@@ -160,7 +170,13 @@ def command(
     config = PlacementConfig.model_validate({"tie_break": tie_break, "seed": seed})
     try:
         sim = Simulation(
-            nodes, tasks, host=host, config=config, inflation=inflation, target=target / 100
+            nodes,
+            tasks,
+            host=host,
+            config=config,
+            inflation=inflation,
+            target=target / 100,
+            node_order="listed" if node_order == "listed" else "seeded",
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
@@ -213,6 +229,7 @@ def command(
                 "inflation": inflation,
                 "target_percent": target,
                 "tie_break": tie_break,
+                "node_order": node_order,
             },
             "summary": [s.to_json() for s in summaries],
             "runs": [r.to_json() for r in runs],

@@ -10,8 +10,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: The trace variants of the FGD paper's evaluation, by their file suffix.
-TRACES = ("default", "gpushare40", "multigpu50", "gpuspec33")
+#: The trace variants the FGD authors published (openb_pod_list_<name>.csv), by file suffix.
+TRACES = (
+    "default",
+    "cpu050",
+    "cpu100",
+    "cpu200",
+    "cpu250",
+    "gpushare40",
+    "gpushare60",
+    "gpushare80",
+    "gpushare100",
+    "gpuspec10",
+    "gpuspec20",
+    "gpuspec25",
+    "gpuspec33",
+    "multigpu20",
+    "multigpu30",
+    "multigpu40",
+    "multigpu50",
+)
 NODE_FILE = "openb_node_list_gpu_node.csv"
 DATA_ENV = "XPUSHARE_OPENB_DIR"
 

@@ -3,7 +3,9 @@
 Each arriving task becomes a pod spec, is parsed by the vendor's hook, filtered, scored and
 placed by :class:`~xpushare.placement.Placer` and counted in a
 :class:`~xpushare.scheduling.UsageLedger`: the calls the extender makes for a pod.
-Everything is deterministic for a given seed.
+Everything is deterministic for a given seed: the arrival order and the fleet's order, by
+which the engine breaks ties (:func:`~xpushare.simulator.fleet.seeded_order`), are drawn
+from it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.placement import PlacementConfig, Placer
 from xpushare.scheduling import UNITS, FragmentationMeter, PodRequest, Workload
-from xpushare.simulator.fleet import VENDOR, capacity_gpus, pod_view, populate
+from xpushare.simulator.fleet import (
+    NODE_ORDERS,
+    VENDOR,
+    NodeOrder,
+    capacity_gpus,
+    pod_view,
+    populate,
+    seeded_order,
+)
 from xpushare.simulator.protocol import DEFAULT_INFLATION, DEFAULT_SEED, arrivals
 
 if TYPE_CHECKING:
@@ -104,7 +114,10 @@ class Simulation:
         inflation: float = DEFAULT_INFLATION,
         target: float = 1.0,
         coverage: float = 0.95,
+        node_order: NodeOrder = "seeded",
     ) -> None:
+        if node_order not in NODE_ORDERS:
+            raise ValueError(f"node_order must be one of {NODE_ORDERS}, got {node_order!r}")
         if not nodes:
             raise ValueError("the fleet has no nodes")
         if not tasks:
@@ -117,6 +130,7 @@ class Simulation:
         self.config = config or PlacementConfig()
         self.inflation = inflation
         self.target = target
+        self.node_order = node_order
         self.capacity = capacity_gpus(self.nodes)
         if self.capacity == 0:
             raise ValueError("the fleet has no GPUs")
@@ -139,6 +153,12 @@ class Simulation:
             requests.append(req)
         return Workload.from_requests(requests, coverage)
 
+    def fleet(self, seed: int) -> list[NodeSpec]:
+        """The nodes in the order a replay of *seed* registers them (ties go to the first)."""
+        if self.node_order == "listed":
+            return list(self.nodes)
+        return seeded_order(self.nodes, seed)
+
     def run(
         self, policy: str, seed: int = DEFAULT_SEED, progress: Progress | None = None
     ) -> RunResult:
@@ -146,7 +166,7 @@ class Simulation:
         started = time.perf_counter()
         order = arrivals(self.tasks, self.capacity, seed=seed, inflation=self.inflation)
         ledger = self.config.new_ledger(memo_limit=SIMULATION_MEMO_ENTRIES)
-        populate(ledger, self.nodes)
+        populate(ledger, self.fleet(seed))
         placer = Placer(ledger, policy, host=self.host, config=self.config)
         placer.policy.set_workload(self.workload)
         result = RunResult(policy=policy, seed=seed, capacity_gpus=self.capacity)

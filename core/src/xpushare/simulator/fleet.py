@@ -9,11 +9,16 @@ task becomes a pod spec with the mock vendor's resource names, as a user would w
   ``gpu_milli / 10``, since the trace gives only a share of the GPU;
 * ``gpu_spec`` becomes the ``xpushare.io/use-model`` annotation;
 * CPU and memory become the container's requests, checked as kube-scheduler would.
+
+The fleet is registered in a seeded random order (:func:`seeded_order`), the order in which
+the placement engine breaks ties.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from typing import Literal
 
 from xpushare.models import ContainerView, Device, PodRef, PodView, ResourceNames
 from xpushare.plugins.builtin.defaults import USE_MODEL
@@ -38,6 +43,28 @@ def node_devices(node: NodeSpec) -> list[Device]:
         )
         for i in range(node.gpus)
     ]
+
+
+#: How a replay orders the fleet: ``seeded`` (:func:`seeded_order`, the default), or
+#: ``listed`` (as the fleet file lists the nodes).
+NodeOrder = Literal["seeded", "listed"]
+NODE_ORDERS: tuple[NodeOrder, ...] = ("seeded", "listed")
+
+
+def seeded_order(nodes: Sequence[NodeSpec], seed: int) -> list[NodeSpec]:
+    """*nodes* in a random order drawn from *seed*, the same in every process.
+
+    The FGD authors' simulator names every node with a random prefix and kube-scheduler
+    takes the first name among nodes of equal score, so ties go to a random node, but the
+    same one for the whole run: the tasks that tie pack onto it. Sorting by a keyed hash of
+    the name is that order (BLAKE2b, not ``hash()``, which Python salts per process).
+    """
+    key = str(seed).encode()
+
+    def rank(node: NodeSpec) -> bytes:
+        return hashlib.blake2b(node.name.encode(), digest_size=8, key=key).digest()
+
+    return sorted(nodes, key=rank)
 
 
 def populate(ledger: UsageLedger, nodes: Sequence[NodeSpec]) -> None:
