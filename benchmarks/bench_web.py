@@ -129,7 +129,7 @@ async def bench(nodes: int, binds: int) -> None:
                 dur = float(timing.split("dur=")[1])
                 if i == 0:
                     print(
-                        f"fleet API, first call (digests built): server {dur:.1f} ms, "
+                        f"fleet API, first call after the sync: server {dur:.1f} ms, "
                         f"end to end {elapsed:.1f} ms, {len(body) / 1e6:.2f} MB"
                     )
                     continue

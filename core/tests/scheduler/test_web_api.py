@@ -440,3 +440,30 @@ async def test_every_node_digest_is_built_at_the_first_sync(api, scheduler_facto
     web_view = sched.scheduler.web
     assert web_view is not None
     assert set(web_view.fleet._digests) == set(sched.scheduler.ledger.nodes)
+
+
+@pytest.mark.parametrize("pods_first", [False, True])
+async def test_the_digests_are_built_by_whichever_list_completes_the_sync(api, pods_first):
+    from sched_helpers import mock_host
+
+    from xpushare.scheduler import Scheduler
+    from xpushare.scheduler.kube import Kube, KubeSettings
+
+    config = load_config(environ={}, overrides={"leader.enabled": False, **WEB})
+    kube = await Kube.connect(KubeSettings(server=api.url))
+    try:
+        scheduler = Scheduler(config, host=mock_host(), kube=kube, freeze_gc=False)
+        assert scheduler.web is not None
+        nodes = [gpu_node(f"node-{i}") for i in range(3)]
+        # The two informers finish in either order; the second completes the sync.
+        if pods_first:
+            scheduler._replace_pods([])
+            assert scheduler.web.fleet._digests == {}
+            scheduler._replace_nodes(nodes)
+        else:
+            scheduler._replace_nodes(nodes)
+            assert scheduler.web.fleet._digests == {}
+            scheduler._replace_pods([])
+        assert set(scheduler.web.fleet._digests) == {"node-0", "node-1", "node-2"}
+    finally:
+        await kube.close()

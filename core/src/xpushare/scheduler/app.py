@@ -204,6 +204,7 @@ class Scheduler:
             ),
         ]
         self.web: WebView | None = None
+        self._web_warm = False
         if config.web.enabled:
             self.web = WebView(
                 config=config.web,
@@ -235,13 +236,20 @@ class Scheduler:
         # A relist replaces the node list first, then the pods are read against it.
         self.cluster.replace_nodes(items)
         self.metrics.synced.set(1 if self.cluster.synced else 0)
+        self._warm_web()
+
+    def _warm_web(self) -> None:
+        """Build the web view's node digests once the first sync is complete (whichever
+        informer completes it), so the first fleet page does not pay for all of them."""
+        if self.web is not None and not self._web_warm and self.cluster.synced:
+            self._web_warm = True
+            self.web.fleet.refresh()
 
     def _replace_pods(self, items: Any) -> None:
         first = not self.cluster.pods_synced
         self.cluster.replace_pods(items)
         self.metrics.synced.set(1 if self.cluster.synced else 0)
-        if first and self.web is not None and self.cluster.synced:
-            self.web.fleet.refresh()
+        self._warm_web()
         if first and self.freeze_gc:
             # The client's generated modules and the first list are hundreds of thousands of
             # long-lived objects; a full collection walking them all stalls the loop for
