@@ -163,6 +163,20 @@ def policy_registry(host: PluginHost | None = None) -> PolicyRegistry:
     return registry
 
 
+def vendor_fit_applies(
+    ledger: UsageLedger, handle: VendorHandle, node: str, table: DeviceTable
+) -> bool:
+    """Whether *handle*'s own fit may decide on *table* (``xpushare_fit_applies``).
+
+    Asked once per table and kept on it: the ledger builds a new table when a node's
+    inventory changes, so the answer never outlives the devices it was given.
+    """
+    applies = table.vendor_fit
+    if applies is None:
+        applies = table.vendor_fit = handle.fit_applies(ledger.devices(node, table.vendor))
+    return applies
+
+
 class Placer:
     """Filter, score and decide placements against a :class:`UsageLedger`.
 
@@ -772,11 +786,7 @@ class Placer:
             extra: Extra | None,
             full: bool,
         ) -> tuple[list[Pick] | None, dict[FitReason, int], str] | None:
-            applies = table.vendor_fit
-            if applies is None:  # once per table: the ledger builds a new one per inventory
-                applies = table.vendor_fit = handle.fit_applies(
-                    ledger.devices(node.name, demand.vendor)
-                )
+            applies = vendor_fit_applies(ledger, handle, node.name, table)
             if not applies and demand.partition is None:
                 # The vendor said its fit leaves such a node to the default: skip building
                 # the views it would be given (tens of microseconds a node).

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.models import FitReason
 from xpushare.placement import UNKNOWN_NODE
+from xpushare.placement.placer import vendor_fit_applies
 from xpushare.scheduling import PodFit, fit_pod, host_reject
 from xpushare.scheduling.fit import HOST_REJECTS
 
 if TYPE_CHECKING:
     from xpushare.placement import Placer
     from xpushare.plugins import VendorHandle
-    from xpushare.scheduling import NodeState, PodRequest, UsageLedger
-    from xpushare.scheduling.state import DeviceTable
+    from xpushare.scheduling import NodeState, PodRequest
 
 #: Shared answers kept at most; a fleet has few distinct (request shape, node state) pairs,
 #: and the cache is simply emptied when it grows past this (an entry is some 100 bytes, a
@@ -255,7 +255,7 @@ class FeasibilityChecker:
             table = state.tables.get(vendor)
             if table is None:
                 sid = -1  # no device of the vendor: every such node has the same answer
-            elif handle is not None and self._vendor_decides(ledger, handle, name, table):
+            elif handle is not None and vendor_fit_applies(ledger, handle, name, table):
                 placed = self.placer.verdict(state, request)
                 if placed[0]:
                     fits.append(name)
@@ -275,13 +275,3 @@ class FeasibilityChecker:
             else:
                 failed[name] = verdict[1]
                 reasons[name] = verdict[2]
-
-    @staticmethod
-    def _vendor_decides(
-        ledger: UsageLedger, handle: VendorHandle, name: str, table: DeviceTable
-    ) -> bool:
-        """Whether the vendor's own fit applies to this table (asked once per table)."""
-        applies = table.vendor_fit
-        if applies is None:
-            applies = table.vendor_fit = handle.fit_applies(ledger.devices(name, table.vendor))
-        return applies
