@@ -195,6 +195,42 @@ def test_kube_scheduler_mode_runs_a_second_scheduler_with_the_extender():
     assert "--config=/etc/xpushare/config/kube-scheduler.yaml" in container["command"]
 
 
+def test_filter_workers_get_their_own_extender_port_and_service_port():
+    values = {"scheduler": {"filterWorkers": 1}}
+    objects = render(values)
+    config = config_file(objects, "kube-scheduler.yaml")
+    filtering, binding = config["extenders"]
+    host = f"{RELEASE}-xpushare-scheduler.{NAMESPACE}.svc"
+    assert filtering["urlPrefix"] == f"https://{host}:8444"
+    assert (filtering["filterVerb"], filtering["prioritizeVerb"]) == ("filter", "prioritize")
+    assert "bindVerb" not in filtering and filtering["managedResources"]
+    assert binding["urlPrefix"] == f"https://{host}:443" and binding["bindVerb"] == "bind"
+    # A resource may be managed by one extender only (kube-scheduler refuses duplicates).
+    assert "managedResources" not in binding and "filterVerb" not in binding
+    assert filtering["tlsConfig"] == binding["tlsConfig"]
+    scheduler = config_file(objects, "scheduler.yaml")
+    assert scheduler["server"]["filter_workers"] == 1
+    assert scheduler["server"]["filter_port"] == 8444
+    deployment = one(objects, "Deployment", f"{RELEASE}-xpushare-scheduler")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert {"name": "filter", "containerPort": 8444, "protocol": "TCP"} in container["ports"]
+    service = one(objects, "Service", f"{RELEASE}-xpushare-scheduler")
+    assert {"name": "filter", "port": 8444, "targetPort": "filter", "protocol": "TCP"} in (
+        service["spec"]["ports"]
+    )
+    # Without workers: one extender, no extra port.
+    plain = render(None)
+    assert len(config_file(plain, "kube-scheduler.yaml")["extenders"]) == 1
+    service = one(plain, "Service", f"{RELEASE}-xpushare-scheduler")
+    assert "filter" not in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_filter_workers_are_refused_in_extender_mode():
+    helm_python = helm()
+    with pytest.raises(helm_python.HelmError, match="filterWorkers needs scheduler.mode"):
+        render({"scheduler": {"mode": "extender", "filterWorkers": 1}})
+
+
 def test_kube_scheduler_configuration_agrees_with_the_extenders_example():
     """deploy/examples/kube-scheduler-config.yaml is the extender's own documented stanza."""
     import yaml

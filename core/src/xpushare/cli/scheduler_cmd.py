@@ -106,16 +106,9 @@ def command(
 async def _run(config: Any) -> None:
     from xpushare.plugins import PluginHost
     from xpushare.scheduler.app import Scheduler
-    from xpushare.scheduler.kube import Kube, KubeSettings
+    from xpushare.scheduler.kube import Kube, kube_settings
 
-    kube = await Kube.connect(
-        KubeSettings(
-            kubeconfig=config.kube.kubeconfig,
-            context=config.kube.context,
-            server=config.kube.server,
-            request_timeout_s=config.kube.request_timeout_s,
-        )
-    )
+    kube = await Kube.connect(kube_settings(config.kube))
     host = PluginHost.from_environment(vendor_config=config.vendors)
     scheduler = Scheduler(config, host=host, kube=kube)
     stop = asyncio.Event()

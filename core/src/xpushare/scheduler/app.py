@@ -45,6 +45,7 @@ from xpushare.scheduler.leader import LeaderElector
 from xpushare.scheduler.metrics import SchedulerMetrics, ledger_rows
 from xpushare.scheduler.web import WebView
 from xpushare.scheduler.webhook import BadReview, Webhook
+from xpushare.scheduler.workers import FilterWorkers
 from xpushare.scheduling import UsageLedger
 
 log = logging.getLogger(__name__)
@@ -129,8 +130,12 @@ class Scheduler:
         kube: Kube,
         identity: str | None = None,
         freeze_gc: bool = True,
+        worker: bool = False,
     ) -> None:
         self.config = config
+        #: A filter worker (scheduler/workers.py): /filter and /prioritize only, no Lease,
+        #: no writes; its leader process streams it the reservations it makes.
+        self.worker = worker
         self.host = host
         self.kube = kube
         self.identity = (
@@ -147,7 +152,7 @@ class Scheduler:
         self.cluster = ClusterState(self.ledger, report=self._report)
         self.placer = Placer(self.ledger, host=host, config=placement)
         self.leader: LeaderElector | None = None
-        if config.leader.enabled:
+        if config.leader.enabled and not worker:
             self.leader = LeaderElector(
                 kube,
                 namespace=config.leader.namespace,
@@ -174,6 +179,9 @@ class Scheduler:
             config=config.webhook,
             scheduler_name=config.scheduler_name,
         )
+        self.workers: FilterWorkers | None = None
+        if config.server.filter_workers and not worker:
+            self.workers = FilterWorkers(config, self.ledger, self.metrics)
         self.extender = Extender(
             placer=self.placer,
             host=host,
@@ -185,6 +193,9 @@ class Scheduler:
             bind_wait_s=config.bind.wait_s,
             is_leader=self.is_leader,
             vet=self.webhook.isolation_problem,
+            # With workers, /filter (where a policy learns the workload) is theirs: the
+            # leader learns from the pods it binds instead.
+            observe_at_bind=self.workers is not None,
         )
         timeout = config.kube.watch_timeout_s
         self.informers = [
@@ -205,7 +216,7 @@ class Scheduler:
         ]
         self.web: WebView | None = None
         self._web_warm = False
-        if config.web.enabled:
+        if config.web.enabled and not worker:
             self.web = WebView(
                 config=config.web,
                 cluster=self.cluster,
@@ -230,7 +241,8 @@ class Scheduler:
 
     @property
     def ready(self) -> bool:
-        return self.cluster.synced and self.is_leader()
+        workers_ready = self.workers is None or self.workers.synced
+        return self.cluster.synced and self.is_leader() and workers_ready
 
     def _replace_nodes(self, items: Any) -> None:
         # A relist replaces the node list first, then the pods are read against it.
@@ -401,6 +413,8 @@ class Scheduler:
             return web.Response(status=503, text="caches not synced")
         if not self.is_leader():
             return web.Response(status=503, text="not the leader")
+        if self.workers is not None and not self.workers.synced:
+            return web.Response(status=503, text=self.workers.describe())
         return web.Response(text="ok")
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -421,6 +435,8 @@ class Scheduler:
         app.router.add_post(
             f"{prefix}/prioritize", self._route("prioritize", self.extender.prioritize)
         )
+        if self.worker:
+            return app  # no bind, no webhook: the leader's
         app.router.add_post(f"{prefix}/bind", self._route("bind", self.extender.bind))
         app.router.add_post(
             self.config.server.webhook_path, self._route("webhook", self.webhook.review)
@@ -431,23 +447,39 @@ class Scheduler:
 
     async def start_background(self) -> None:
         """Watches, leader election, events and repairs (no listener)."""
-        self.events.start()
         for informer in self.informers:
             self._tasks.append(
                 asyncio.create_task(informer.run(), name=f"watch-{informer.resource}")
             )
+        if self.worker:
+            return  # it writes nothing: no events, no Lease, no repairs
+        self.events.start()
         if self.leader is not None:
             self._tasks.append(asyncio.create_task(self.leader.run(), name="leader-election"))
         self._tasks.append(asyncio.create_task(self._repair_loop(), name="handoff-repair"))
 
-    async def start(self) -> None:
-        """Everything, with the listeners of the configuration."""
+    async def start(self, *, listen_sock: socket.socket | None = None) -> None:
+        """Everything, with the listeners of the configuration (a worker: *listen_sock*,
+        the filter port its leader bound)."""
         server = self.config.server
         tls = self.config.tls
         if tls.cert_file is not None and tls.key_file is not None:
             self.tls = CertificateReloader(tls.cert_file, tls.key_file)
             self._tasks.append(asyncio.create_task(self._tls_loop(), name="tls-reload"))
         await self.start_background()
+        if self.worker:
+            if listen_sock is None:
+                raise ValueError("a filter worker needs the listening socket of its leader")
+            ensure_descriptors(server.max_connections + FD_RESERVE)
+            self.ports["filter"] = await self._listen(
+                "filter",
+                self.web_app(),
+                server.host,
+                0,
+                self.tls.context if self.tls else None,
+                sock=listen_sock,
+            )
+            return
         listeners = (2 if server.metrics_port else 1) + (1 if self.web is not None else 0)
         ensure_descriptors(listeners * server.max_connections + FD_RESERVE)
         self.ports["main"] = await self._listen(
@@ -467,6 +499,8 @@ class Scheduler:
             self.ports["web"] = await self._listen(
                 "web", self.web.app(), web_config.host, web_config.port, None
             )
+        if self.workers is not None:
+            self.ports["filter"] = await self.workers.start()
 
     async def _listen(
         self,
@@ -475,6 +509,8 @@ class Scheduler:
         host: str,
         port: int,
         context: ssl.SSLContext | None,
+        *,
+        sock: socket.socket | None = None,
     ) -> int:
         server = self.config.server
         guard = ConnectionGuard(
@@ -503,7 +539,7 @@ class Scheduler:
             keepalive_timeout=server.idle_timeout_s,
         )
         await runner.setup()
-        site = GuardedSite(runner, host, port, guard, ssl_context=context)
+        site = GuardedSite(runner, host, port, guard, ssl_context=context, sock=sock)
         await site.start()
         self._runners.append(runner)
         return site.port
@@ -511,7 +547,7 @@ class Scheduler:
     async def _repair_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.bind.repair_interval_s)
-            if self.ready:
+            if self.cluster.synced and self.is_leader():
                 try:
                     await self.handoffs.repair_all()
                     left = await self.extender.settle_uncertain()
@@ -532,6 +568,8 @@ class Scheduler:
         )
 
     async def stop(self) -> None:
+        if self.workers is not None:
+            await self.workers.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -45,6 +45,9 @@ DEFAULT_IDLE_TIMEOUT_S = 120.0
 #: kube-scheduler's binds in flight plus the API servers' admission calls stay far below
 #: this. Beyond it new connections are answered 503 and closed.
 DEFAULT_MAX_CONNECTIONS = 1000
+#: kube-scheduler's scheduling cycle is one pod at a time: one worker keeps it on its own
+#: core; more only help when several schedulers share the extender. Each holds the state.
+MAX_FILTER_WORKERS = 8
 
 
 class ConfigError(XpushareError):
@@ -76,6 +79,13 @@ class ServerConfig(_Section):
     #: Open connections per listener (the main one and the metrics one count apart, so the
     #: probes stay reachable when the main port is full); beyond it: 503 and close.
     max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1, le=100_000)
+    #: Extra processes that answer /filter and /prioritize on ``filter_port`` from their own
+    #: copy of the cluster state, so kube-scheduler's scheduling cycle and its binds run on
+    #: different cores (scheduler/workers.py; docs/scheduler.md, "Filter workers"). 0: one
+    #: process serves every verb on ``port``. Each worker holds a full copy of the state.
+    filter_workers: int = Field(default=0, ge=0, le=MAX_FILTER_WORKERS)
+    #: HTTPS port of the filter workers (the main port's TLS); used when filter_workers > 0.
+    filter_port: int = Field(default=8444, ge=0, le=65535)
 
 
 class TLSConfig(_Section):

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import resource
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -238,7 +239,7 @@ class ConnectionGuard:
 class GuardedSite(web.BaseSite):
     """A TCP listener whose connections go through a :class:`ConnectionGuard`."""
 
-    __slots__ = ("_guard", "_host", "_port")
+    __slots__ = ("_guard", "_host", "_port", "_sock")
 
     def __init__(
         self,
@@ -248,11 +249,15 @@ class GuardedSite(web.BaseSite):
         guard: ConnectionGuard,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
         self._host = host
         self._port = port
         self._guard = guard
+        #: A listening socket to accept on instead of binding *host*:*port* (a filter
+        #: worker accepts on the socket its parent bound, scheduler/workers.py).
+        self._sock = sock
 
     @property
     def name(self) -> str:
@@ -274,6 +279,15 @@ class GuardedSite(web.BaseSite):
         if self._ssl_context is not None:
             # A client that stalls its handshake is as slow as one that stalls its headers.
             extra["ssl_handshake_timeout"] = self._guard.limits.header_timeout_s
+        if self._sock is not None:
+            self._server = await loop.create_server(
+                self._guard.protocol_factory(server),
+                sock=self._sock,
+                ssl=self._ssl_context,
+                backlog=self._backlog,
+                **extra,
+            )
+            return
         self._server = await loop.create_server(
             self._guard.protocol_factory(server),
             self._host,

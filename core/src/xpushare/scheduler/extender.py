@@ -215,8 +215,11 @@ class Extender:
         bind_wait_s: float,
         is_leader: Any = None,
         vet: Callable[[ob.Object], str | None] | None = None,
+        observe_at_bind: bool = False,
     ) -> None:
         self.placer = placer
+        #: Teach the policy each pod's shape at /bind (when /filter is another process's).
+        self.observe_at_bind = observe_at_bind
         self.feasibility = FeasibilityChecker(placer)
         self.host = host
         self.cluster = cluster
@@ -475,6 +478,8 @@ class Extender:
             return self._bind_failed(
                 pod, "in-progress", f"a bind of pod {ref} is already in progress; retry later"
             )
+        if self.observe_at_bind:
+            self.placer.policy.observe(request)
         # Decide and reserve with no await in between: nobody else can take these slices.
         try:
             assignment = self.placer.decide(request, node)

@@ -99,6 +99,16 @@ class KubeSettings:
     request_timeout_s: float = 10.0
 
 
+def kube_settings(config: Any) -> KubeSettings:
+    """The connection settings of a ``KubeConfig`` section (scheduler/config.py)."""
+    return KubeSettings(
+        kubeconfig=config.kubeconfig,
+        context=config.context,
+        server=config.server,
+        request_timeout_s=config.request_timeout_s,
+    )
+
+
 class Kube:
     """The calls the scheduler makes, each returning plain JSON objects."""
 

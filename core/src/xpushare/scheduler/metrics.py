@@ -178,6 +178,16 @@ class SchedulerMetrics:
             "Binds of unknown outcome resolved by reading the pod back",
             registry=r,
         )
+        self.filter_workers = Gauge(
+            "xpushare_scheduler_filter_workers",
+            "Filter worker processes running and following the reservation stream",
+            registry=r,
+        )
+        self.filter_worker_restarts = Counter(
+            "xpushare_scheduler_filter_worker_restarts_total",
+            "Filter workers that exited or were killed as stalled, and were started again",
+            registry=r,
+        )
         self.connections = Gauge(
             "xpushare_scheduler_connections",
             "Open HTTP connections, per listener (main, metrics)",

@@ -23,7 +23,7 @@ from xpushare.models._compact import compact
 from xpushare.scheduling.state import MAX_MEMO_ENTRIES, DeviceState, DeviceTable, NodeState
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
 #: Node states whose shared answers the ledger keeps (each a dict of at most ``memo_limit``
 #: answers, mostly pointers to answers shared further: at the scheduler's 64, some 40 MB at
@@ -130,6 +130,9 @@ class UsageLedger:
         self._clock = 0
         self._next_index = 0
         self._shared: dict[int, dict[Any, Any]] = {}
+        #: Told of every reservation made (the key and its entry) and dropped (the key and
+        #: ``None``); the scheduler's filter workers mirror them (scheduler/workers.py).
+        self.on_reservation: Callable[[str, PodEntry | None], None] | None = None
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -318,14 +321,20 @@ class UsageLedger:
         self, key: str, assignment: PodAssignment, *, cpu_milli: int = 0, memory_mib: int = 0
     ) -> PodEntry:
         """Count a decision not yet bound: it is used from now on, until released or bound."""
-        return self.add(key, assignment, cpu_milli=cpu_milli, memory_mib=memory_mib, reserved=True)
+        entry = self.add(key, assignment, cpu_milli=cpu_milli, memory_mib=memory_mib, reserved=True)
+        if self.on_reservation is not None:
+            self.on_reservation(key, entry)
+        return entry
 
     def release(self, key: str) -> bool:
         """Drop a reservation (the bind failed or was abandoned); a bound pod stays."""
         entry = self._entries.get(key)
         if entry is None or not entry.reserved:
             return False
-        return self.remove(key)
+        self.remove(key)
+        if self.on_reservation is not None:
+            self.on_reservation(key, None)
+        return True
 
     def confirm(self, key: str) -> bool:
         """A reservation became a bound pod; its usage does not change."""

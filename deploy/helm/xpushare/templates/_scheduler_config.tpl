@@ -24,19 +24,43 @@ Argument: (dict "root" $ "caFile" path-or-empty); an empty caFile embeds the CA 
 {{- $managed = append $managed (dict "name" $name "ignoredByScheduler" (not (has $name $counts))) -}}
 {{- end -}}
 extenders:
+{{- if $root.Values.scheduler.filterWorkers }}
+{{- if ne $root.Values.scheduler.mode "kube-scheduler" }}
+{{- fail "scheduler.filterWorkers needs scheduler.mode=kube-scheduler: with the workers, kube-scheduler calls two extenders and the binding one is asked for every pod of its profile, which only our own kube-scheduler (pods with schedulerName) can allow; set filterWorkers to 0 in extender mode" }}
+{{- end }}
+  # The filter workers (docs/scheduler.md, "Filter workers"): the scheduling cycle, for the
+  # pods that ask for a managed resource.
+  - urlPrefix: {{ printf "https://%s:8444" (include "xpushare.serviceHost" $root) | quote }}
+    filterVerb: filter
+    prioritizeVerb: prioritize
+{{- include "xpushare.extenderCommon" (dict "root" $root "tls" $tls) }}
+    managedResources:
+      {{- toYaml $managed | nindent 6 }}
+  # The leader: every bind of this scheduler's pods (a resource name may be managed by one
+  # extender only, so this one lists none, which means every pod; it binds a pod without
+  # devices with a plain Binding).
+  - urlPrefix: {{ printf "https://%s:443" (include "xpushare.serviceHost" $root) | quote }}
+    bindVerb: bind
+{{- include "xpushare.extenderCommon" (dict "root" $root "tls" $tls) }}
+{{- else }}
   - urlPrefix: {{ printf "https://%s:443" (include "xpushare.serviceHost" $root) | quote }}
     filterVerb: filter
     prioritizeVerb: prioritize
     bindVerb: bind
-    weight: {{ int $root.Values.kubeScheduler.weight }}
-    enableHTTPS: true
-    tlsConfig:
-      {{- toYaml $tls | nindent 6 }}
-    httpTimeout: {{ $root.Values.kubeScheduler.httpTimeout }}
-    nodeCacheCapable: true
-    ignorable: false
+{{- include "xpushare.extenderCommon" (dict "root" $root "tls" $tls) }}
     managedResources:
       {{- toYaml $managed | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{- define "xpushare.extenderCommon" }}
+    weight: {{ int .root.Values.kubeScheduler.weight }}
+    enableHTTPS: true
+    tlsConfig:
+      {{- toYaml .tls | nindent 6 }}
+    httpTimeout: {{ .root.Values.kubeScheduler.httpTimeout }}
+    nodeCacheCapable: true
+    ignorable: false
 {{- end -}}
 
 {{- define "xpushare.kubeSchedulerConfig" -}}

@@ -1,0 +1,283 @@
+"""Filter workers (scheduler/workers.py): real worker processes beside a real scheduler.
+
+The worker answers /filter and /prioritize from its own watches; what these tests pin is that
+it counts the leader's reservations the moment the leader makes them (the handoff write is
+held back at the fake API server, so no watch event can have told it), drops them when the
+leader does, gets them all again when it is restarted, and is restarted when killed or stalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from sched_helpers import Running, add_nodes, bind_args, create_pod, filter_args, gpu_pod
+
+from xpushare.codec import encode_assignment
+from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
+from xpushare.scheduler import workers as workers_module
+from xpushare.scheduler.workers import ReservationMirror
+from xpushare.scheduling import UsageLedger
+from xpushare.testing.apiserver import FakeApiServer, RecordedRequest
+
+WORKER = {"server.filter_workers": 1, "server.filter_port": 0}
+
+
+async def _ready(running: Running, timeout_s: float = 60.0) -> str:
+    """The workers' URL once the leader says they are ready."""
+    deadline = time.monotonic() + timeout_s
+    while not running.scheduler.ready:
+        assert time.monotonic() < deadline, running.scheduler.workers.describe()  # type: ignore[union-attr]
+        await asyncio.sleep(0.05)
+    return f"http://127.0.0.1:{running.scheduler.ports['filter']}"
+
+
+async def _filter(http: aiohttp.ClientSession, url: str, obj: Any, names: list[str]) -> Any:
+    async with http.post(f"{url}/filter", json=filter_args(obj, names)) as response:
+        assert response.status == 200, await response.text()
+        answer = await response.json()
+        assert not answer["Error"], answer
+        return answer
+
+
+async def _until_fits(
+    http: aiohttp.ClientSession, url: str, obj: Any, names: list[str], wanted: set[str]
+) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        answer = await _filter(http, url, obj, names)
+        if set(answer["NodeNames"]) == wanted:
+            return
+        assert time.monotonic() < deadline, answer
+        await asyncio.sleep(0.05)
+
+
+def _gate(api: FakeApiServer) -> asyncio.Event:
+    """Hold every handoff write (PATCH of a node) until the returned event is set."""
+    gate = asyncio.Event()
+
+    async def wait(request: RecordedRequest) -> None:
+        await gate.wait()
+
+    api.inject("PATCH", r"/nodes/", status=0, times=10**6, before=wait)
+    return gate
+
+
+async def test_worker_counts_a_reservation_before_any_api_write(
+    api: FakeApiServer, scheduler_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    names = add_nodes(api, 2, "1x A100-80GB")
+    first = create_pod(api, gpu_pod("first", gpu="1", mem="50000"))
+    second = create_pod(api, gpu_pod("second", gpu="1", mem="50000"))
+    running = await scheduler_factory(**WORKER, **{"kube.server": api.url})
+    url = await _ready(running)
+    await _until_fits(http, url, second, names, set(names))
+    gate = _gate(api)
+    bind = asyncio.create_task(running.post(http, "bind", bind_args(first, "node-0")))
+    # The leader has decided and reserved; its handoff write waits at the API server, so
+    # the worker can know of it only through the leader's stream.
+    await _until_fits(http, url, second, names, {"node-1"})
+    assert api.get("pods", "first", "default")["spec"].get("nodeName") is None
+    gate.set()
+    assert (await bind)["Error"] == ""
+    # Bound: the pod's watch event replaces the mirrored reservation; still one slice.
+    await running.settle(api)
+    await _until_fits(http, url, second, names, {"node-1"})
+    api.delete("pods", "first", "default")
+    await _until_fits(http, url, second, names, set(names))
+
+
+async def test_worker_drops_what_the_leader_released(
+    api: FakeApiServer, scheduler_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    names = add_nodes(api, 2, "1x A100-80GB")
+    first = create_pod(api, gpu_pod("first", gpu="1", mem="50000"))
+    second = create_pod(api, gpu_pod("second", gpu="1", mem="50000"))
+    running = await scheduler_factory(**WORKER, **{"kube.server": api.url})
+    url = await _ready(running)
+    gate = _gate(api)
+    api.inject("POST", r"/binding$", status=500, times=1)
+    bind = asyncio.create_task(running.post(http, "bind", bind_args(first, "node-0")))
+    await _until_fits(http, url, second, names, {"node-1"})
+    gate.set()
+    assert "binding" in (await bind)["Error"]
+    # The Binding failed, the leader released the reservation, and told the worker.
+    await _until_fits(http, url, second, names, set(names))
+    assert not list(running.scheduler.ledger.entries())
+
+
+async def test_a_killed_worker_is_started_again_with_the_reservations_in_force(
+    api: FakeApiServer, scheduler_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    names = add_nodes(api, 2, "1x A100-80GB")
+    first = create_pod(api, gpu_pod("first", gpu="1", mem="50000"))
+    second = create_pod(api, gpu_pod("second", gpu="1", mem="50000"))
+    running = await scheduler_factory(**WORKER, **{"kube.server": api.url})
+    url = await _ready(running)
+    pool = running.scheduler.workers
+    assert pool is not None
+    (pid,) = pool.pids()
+    gate = _gate(api)
+    bind = asyncio.create_task(running.post(http, "bind", bind_args(first, "node-0")))
+    await _until_fits(http, url, second, names, {"node-1"})
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while pool.pids() == [pid] or not pool.synced:
+        assert time.monotonic() < deadline, pool.describe()
+        await asyncio.sleep(0.05)
+    assert running.scheduler.metrics.filter_worker_restarts._value.get() == 1
+    # The new worker never saw the reservation happen: it came in the snapshot.
+    await _until_fits(http, url, second, names, {"node-1"})
+    gate.set()
+    assert (await bind)["Error"] == ""
+
+
+async def test_a_stalled_worker_is_killed_and_started_again(
+    api: FakeApiServer,
+    scheduler_factory: Any,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    add_nodes(api, 1, "1x A100-80GB")
+    running = await scheduler_factory(**WORKER, **{"kube.server": api.url})
+    await _ready(running)
+    pool = running.scheduler.workers
+    assert pool is not None
+    (pid,) = pool.pids()
+    monkeypatch.setattr(workers_module, "MIRROR_BUFFER_LIMIT", 64 * 1024)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        line_entry = running.scheduler.ledger.reserve(
+            "default/stream/u1", _assignment("node-0"), cpu_milli=0, memory_mib=0
+        )
+        # Reservations the stopped worker never reads: the socket fills, then the buffer.
+        deadline = time.monotonic() + 30
+        while pool.pids() == [pid] and time.monotonic() < deadline:
+            for _ in range(200):
+                pool._mirror("default/stream/u1", line_entry)
+            await asyncio.sleep(0.01)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert running.scheduler.metrics.filter_worker_restarts._value.get() >= 1
+    deadline = time.monotonic() + 60
+    while pool.pids() == [pid] or not pool.synced:
+        assert time.monotonic() < deadline, pool.describe()
+        await asyncio.sleep(0.05)
+
+
+async def test_worker_port_serves_filter_and_prioritize_only(
+    api: FakeApiServer, scheduler_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    add_nodes(api, 1, "1x A100-80GB")
+    obj = create_pod(api, gpu_pod("p", gpu="1", mem="1000"))
+    running = await scheduler_factory(**WORKER, **{"kube.server": api.url})
+    url = await _ready(running)
+    async with http.post(f"{url}/bind", json=bind_args(obj, "node-0")) as response:
+        assert response.status == 404
+    async with http.post(f"{url}/mutate", json={}) as response:
+        assert response.status == 404
+    async with http.post(f"{url}/prioritize", json=filter_args(obj, ["node-0"])) as response:
+        assert response.status == 200
+        assert [s["Host"] for s in await response.json()] == ["node-0"]
+    # The leader's own port still answers every verb.
+    assert (await running.post(http, "filter", filter_args(obj, ["node-0"])))["NodeNames"] == [
+        "node-0"
+    ]
+
+
+async def test_leader_is_unready_until_its_workers_have_listed(
+    api: FakeApiServer, scheduler_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    add_nodes(api, 1)
+    running = await scheduler_factory(**WORKER, **{"kube.server": api.url})
+    pool = running.scheduler.workers
+    assert pool is not None
+    if not pool.synced:  # usually still listing right after start
+        async with http.get(f"{running.url}/readyz") as response:
+            assert response.status == 503
+            assert "filter workers ready" in await response.text()
+    await _ready(running)
+    async with http.get(f"{running.url}/readyz") as response:
+        assert response.status == 200
+
+
+# -- the worker's side of the stream, in process ----------------------------------------------
+
+
+def _assignment(node: str, memory: int = 50_000) -> PodAssignment:
+    device = DeviceSlice(device_id=f"MOCK-{node}-0", memory_mib=memory, compute_percent=0)
+    return PodAssignment(
+        node=node,
+        containers=(ContainerAssignment(container="main", vendor="mock", devices=(device,)),),
+    )
+
+
+def _reserve_line(key: str, node: str = "node-0") -> bytes:
+    import orjson
+
+    return orjson.dumps(
+        {
+            "op": "reserve",
+            "key": key,
+            "assignment": encode_assignment(_assignment(node)),
+            "cpu_milli": 0,
+            "memory_mib": 0,
+        }
+    )
+
+
+def test_mirror_reserves_releases_and_ages_out() -> None:
+    ledger = UsageLedger()
+    mirror = ReservationMirror(ledger, ttl_s=10)
+    mirror.apply(_reserve_line("a"), now=0)
+    mirror.apply(_reserve_line("b"), now=0)
+    assert ledger.entry("a") is not None and ledger.entry("a").reserved  # type: ignore[union-attr]
+    mirror.apply(b'{"op": "release", "key": "a"}', now=1)
+    assert ledger.entry("a") is None
+    # "b" was never released nor bound (its pod's delete came before the message): it ages
+    # out instead of holding the slice for good.
+    assert mirror.sweep(now=5) == 0 and ledger.entry("b") is not None
+    assert mirror.sweep(now=11) == 1 and ledger.entry("b") is None
+    assert len(mirror) == 0
+
+
+def test_mirror_never_replaces_a_pod_the_watch_counts_as_bound() -> None:
+    ledger = UsageLedger()
+    mirror = ReservationMirror(ledger, ttl_s=10)
+    ledger.add("a", _assignment("node-0", memory=1_000))
+    mirror.apply(_reserve_line("a"), now=0)
+    entry = ledger.entry("a")
+    assert entry is not None and not entry.reserved
+    assert entry.charges[0].memory == 1_000
+    # A reservation the watch later replaces is forgotten, not released, at the sweep.
+    mirror.apply(_reserve_line("c"), now=0)
+    ledger.add("c", _assignment("node-0"))
+    assert mirror.sweep(now=100) == 0 and ledger.entry("c") is not None
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"[]", "JSON object"),
+        (b'{"op": "reserve"}', "pod key"),
+        (b'{"op": "reserve", "key": "' + b"k" * 2000 + b'"}', "pod key"),
+        (b'{"op": "explode", "key": "a"}', "unknown"),
+        (b'{"op": "reserve", "key": "a", "assignment": 1}', "must be a string"),
+        (
+            b'{"op": "reserve", "key": "a", "assignment": "{}", "cpu_milli": -1, "memory_mib": 0}',
+            "integers",
+        ),
+    ],
+)
+def test_mirror_refuses_malformed_lines(line: bytes, message: str) -> None:
+    ledger = UsageLedger()
+    with pytest.raises(ValueError, match=message):
+        ReservationMirror(ledger).apply(line)
+    assert len(ledger) == 0
