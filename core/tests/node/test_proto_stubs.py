@@ -7,7 +7,12 @@ ROOT = Path(__file__).resolve().parents[3]
 PROTO_DIR = ROOT / "core/src/xpushare/node/_proto"
 GENERATED = tuple(
     f"{proto}{suffix}"
-    for proto in ("deviceplugin_v1beta1", "podresources_v1")
+    for proto in (
+        "deviceplugin_v1beta1",
+        "podresources_v1",
+        "dra_v1",
+        "pluginregistration_v1",
+    )
     for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 )
 

@@ -184,6 +184,39 @@ def _run(
     show_default=True,
     help="Re-detect when this file disappears (MIG changes); empty to disable.",
 )
+@click.option(
+    "--mode",
+    envvar="XPUSHARE_NODE_MODE",
+    type=click.Choice(["device-plugin", "dra"]),
+    default="device-plugin",
+    show_default=True,
+    help="Serve kubelet's device-plugin API, or Dynamic Resource Allocation (ResourceSlices "
+    "and a kubelet DRA plugin per vendor; docs/dra.md).",
+)
+@click.option(
+    "--plugins-registry-dir",
+    envvar="XPUSHARE_NODE_PLUGINS_REGISTRY_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="/var/lib/kubelet/plugins_registry",
+    show_default=True,
+    help="DRA mode: kubelet's plugin watcher directory (mount it from the host).",
+)
+@click.option(
+    "--dra-plugins-dir",
+    envvar="XPUSHARE_NODE_DRA_PLUGINS_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="/var/lib/kubelet/plugins",
+    show_default=True,
+    help="DRA mode: where each driver's DRA socket is served (mount it from the host).",
+)
+@click.option(
+    "--cdi-dir",
+    envvar="XPUSHARE_NODE_CDI_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="/var/run/cdi",
+    show_default=True,
+    help="DRA mode: the container runtime's CDI directory, where claims' specs are written.",
+)
 def command(
     node_name: str,
     device_plugin_dir: Path,
@@ -199,6 +232,10 @@ def command(
     reconcile_interval: float,
     allocate_deadline: float,
     partition_lock: str,
+    mode: str,
+    plugins_registry_dir: Path,
+    dra_plugins_dir: Path,
+    cdi_dir: Path,
 ) -> None:
     """Run the node agent: one per node, as a DaemonSet.
 
@@ -206,7 +243,9 @@ def command(
     It detects every loaded vendor's devices and publishes them on the Node
     (annotations xpushare.io/inventory-<vendor>, labels xpushare.io/<vendor>.*),
     serves one kubelet device plugin per vendor resource and answers Allocate from
-    the pod's assignment, marks devices unhealthy on vendor health events, and
+    the pod's assignment (or, with --mode dra, publishes ResourceSlices and
+    prepares claims through a kubelet DRA plugin per vendor), marks devices
+    unhealthy on vendor health events, and
     serves /metrics, /healthz and /readyz. SIGHUP re-detects; SIGTERM stops.
     A part that fails stops the process, so Kubernetes restarts it.
 
@@ -227,6 +266,10 @@ def command(
             partition_lock_path=Path(partition_lock) if partition_lock else None,
             state_dir=state_dir,
             pod_resources_socket=Path(pod_resources_socket) if pod_resources_socket else None,
+            mode=mode,
+            plugins_registry_dir=plugins_registry_dir,
+            dra_plugins_dir=dra_plugins_dir,
+            cdi_dir=cdi_dir,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

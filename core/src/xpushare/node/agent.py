@@ -14,7 +14,9 @@ loaded vendor:
 * **health**: vendor events mark devices unhealthy, or healthy again; while the library
   thread is stuck every device is unhealthy;
 * **monitor**: samples into a snapshot the metrics endpoint serves;
-* **device plugin**: one gRPC server registered with kubelet, in generations.
+* **device plugin**: one gRPC server registered with kubelet, in generations; or, in DRA
+  mode (``config.mode == "dra"``, docs/dra.md), the vendor's ResourceSlices
+  (node/dra/publisher.py) and its kubelet DRA plugin (node/dra/plugin.py) instead.
 
 And once per node: the release tracker (frees what an ended pod's vendors created,
 node/release.py), the inventory publisher (annotations, labels, handoff repair) and the HTTP
@@ -28,7 +30,7 @@ import contextlib
 import logging
 import time
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xpushare.errors import PluginError, VendorUnavailable
 from xpushare.native import LibraryThreadStuck, NativeCallTimeout, NativeError
@@ -36,8 +38,13 @@ from xpushare.node.allocate import Allocator
 from xpushare.node.deviceplugin import DevicePluginService, PluginServer, PluginStatus
 from xpushare.node.devices import VendorDevices
 from xpushare.node.dirwatch import DirectoryWatch
+from xpushare.node.dra.checkpoint import Checkpoints
+from xpushare.node.dra.plugin import DraPluginServer
+from xpushare.node.dra.prepare import ClaimPreparer
+from xpushare.node.dra.publisher import SlicePublisher, remove_foreign_slices
 from xpushare.node.http import serve_http
 from xpushare.node.inventory import InventoryPublisher
+from xpushare.node.kube import KubeError
 from xpushare.node.ledger import ReleaseLedger
 from xpushare.node.metrics import STALE_PERIODS, AgentMetrics, MonitorStore
 from xpushare.node.podresources import PodResources
@@ -48,6 +55,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from xpushare.node.config import NodeConfig
+    from xpushare.node.dra.prepare import ClaimKube
+    from xpushare.node.dra.publisher import SliceKube
     from xpushare.node.kube import NodeKube
     from xpushare.plugins import PluginHost
 
@@ -75,6 +84,11 @@ class NodeAgent:
         self.devices = {name: VendorDevices(name) for name in host.vendors}
         self.monitor = MonitorStore(max_age_s=STALE_PERIODS * config.monitor_interval_s)
         self.plugins: dict[str, PluginServer] = {}
+        #: DRA mode: each vendor's kubelet plugin and ResourceSlice publisher.
+        self.dra_plugins: dict[str, DraPluginServer] = {}
+        self.slices: dict[str, SlicePublisher] = {}
+        if config.mode == "dra" and not hasattr(kube, "list_resource_slices"):
+            raise ValueError("DRA mode needs a Kubernetes client with resource.k8s.io/v1 calls")
         self.metrics = AgentMetrics(
             node=self.node,
             vendors=self.devices,
@@ -137,6 +151,8 @@ class NodeAgent:
                 self.group.spawn(f"{vendor}/start", partial(self._start_vendor, vendor))
             if self.config.partition_lock_path is not None:
                 self.group.spawn("partition-lock", self._watch_partition_lock)
+            if self.config.mode == "dra":
+                self.group.spawn("dra/foreign-slices", self._remove_foreign_slices)
             await self.group.wait()
         finally:
             await self.group.stop()
@@ -173,6 +189,11 @@ class NodeAgent:
         for vendor, devices in sorted(self.devices.items()):
             if devices.state == "starting":
                 reasons.append(f"vendor {vendor}: starting")
+            elif devices.state != "inactive" and self.config.mode == "dra":
+                dra = self.dra_plugins.get(vendor)
+                if dra is None or not dra.registered:
+                    last = dra.last_error if dra else ""
+                    reasons.append(f"vendor {vendor}: DRA driver not registered" + _said(last))
             elif devices.state != "inactive":
                 plugin = self.plugins.get(vendor)
                 if plugin is None or not plugin.registered:
@@ -211,6 +232,17 @@ class NodeAgent:
         self._started.add(vendor)
         self.releases.poke()  # pods that ended while it could not be asked
         await self._detect(vendor)
+        if self.config.mode == "dra":
+            self._start_dra(vendor)
+        else:
+            self._start_device_plugin(vendor)
+        self.group.spawn(f"{vendor}/detect", partial(self._detect_loop, vendor))
+        self.group.spawn(f"{vendor}/health", partial(self._health_loop, vendor))
+        self.group.spawn(f"{vendor}/monitor", partial(self._monitor_loop, vendor))
+
+    def _start_device_plugin(self, vendor: str) -> None:
+        handle = self.host.vendors[vendor]
+        devices = self.devices[vendor]
         service = DevicePluginService(
             vendor=vendor,
             resource=handle.spec.resource_names.count,
@@ -221,9 +253,44 @@ class NodeAgent:
         self.plugins[vendor] = PluginServer(service, self.config, watch=self.dirwatch)
         self._signal()
         self.group.spawn(f"{vendor}/device-plugin", self.plugins[vendor].run)
-        self.group.spawn(f"{vendor}/detect", partial(self._detect_loop, vendor))
-        self.group.spawn(f"{vendor}/health", partial(self._health_loop, vendor))
-        self.group.spawn(f"{vendor}/monitor", partial(self._monitor_loop, vendor))
+
+    def _start_dra(self, vendor: str) -> None:
+        kube: Any = self.kube  # checked in __init__: it has the resource.k8s.io/v1 calls
+        slice_kube: SliceKube = kube
+        claim_kube: ClaimKube = kube
+        self.slices[vendor] = SlicePublisher(
+            slice_kube,
+            vendor,
+            self.devices[vendor],
+            interval_s=self.config.reconcile_interval_s,
+            on_error=self.metrics.api_errors.inc,
+        )
+        preparer = ClaimPreparer(
+            kube=claim_kube,
+            vendor=vendor,
+            handle=self.host.vendors[vendor],
+            devices=self.devices[vendor],
+            checkpoints=Checkpoints(self.config.ledger_dir / "dra" / vendor),
+            cdi_dir=self.config.cdi_dir,
+            deadline_s=self.config.allocate_deadline_s,
+        )
+        self.dra_plugins[vendor] = DraPluginServer(
+            preparer,
+            plugins_dir=self.config.dra_plugins_dir,
+            registry_dir=self.config.plugins_registry_dir,
+            poll_s=self.config.socket_poll_s,
+        )
+        self._signal()
+        self.group.spawn(f"{vendor}/resourceslices", self.slices[vendor].run)
+        self.group.spawn(f"{vendor}/dra-plugin", self.dra_plugins[vendor].run)
+
+    async def _remove_foreign_slices(self) -> None:
+        kube: Any = self.kube
+        try:
+            await remove_foreign_slices(kube, list(self.host.vendors))
+        except KubeError as exc:
+            # Not fatal: kubelet removes a driver's slices 30 s after its plugin went away.
+            log.warning("cannot look for ResourceSlices of vendors not served here: %s", exc)
 
     def _observe(self, vendor: str, call: str, outcome: str, seconds: float) -> None:
         self.metrics.allocate_seconds.labels(vendor, call, outcome).observe(seconds)

@@ -17,6 +17,18 @@ DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 #: File name of kubelet's registration socket in that directory (k8s-apis.md §0).
 KUBELET_SOCKET = "kubelet.sock"
 
+#: kubelet's plugin-registration directory (its plugin watcher) and the conventional home of
+#: plugin sockets, both under kubelet's root directory (research/k8s-apis.md §6.3).
+PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+DRA_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+
+#: Where containerd and CRI-O read CDI specs written at run time (the CDI specification's
+#: dynamic directory).
+CDI_DIR = Path("/var/run/cdi")
+
+#: How the agent serves kubelet: the device-plugin API, or Dynamic Resource Allocation.
+MODES = ("device-plugin", "dra")
+
 #: Metrics and probes port. Next to HAMi's ports (9394 vGPU monitor, 9395 scheduler,
 #: research/hami-protocol.md §3.13 and §7.4), so a cluster's firewall rules for GPU sharing
 #: stay one range; dcgm-exporter's 9400 is left alone.
@@ -85,6 +97,15 @@ class NodeConfig:
     #: watch): two seconds frees an instance soon after its pod ends, at 0.5 calls a second
     #: against kubelet's limit of 100 (research/k8s-apis.md §2.1).
     release_poll_s: float = 2.0
+    #: ``device-plugin``: extended resources through kubelet's device-plugin API (the
+    #: scheduler extender places pods). ``dra``: ResourceSlices and a kubelet DRA plugin per
+    #: vendor (kube-scheduler allocates claims; docs/dra.md). One mode per node.
+    mode: str = "device-plugin"
+    #: DRA mode: kubelet's plugin watcher directory, the plugins' socket directory, and the
+    #: container runtime's CDI directory the claims' specs are written to.
+    plugins_registry_dir: Path = PLUGINS_REGISTRY_DIR
+    dra_plugins_dir: Path = DRA_PLUGINS_DIR
+    cdi_dir: Path = CDI_DIR
 
     @property
     def ledger_dir(self) -> Path:
@@ -99,6 +120,10 @@ class NodeConfig:
             raise ValueError(
                 "the node agent needs its node name: set NODE_NAME from the pod's "
                 "spec.nodeName (downward API) or pass --node-name"
+            )
+        if self.mode not in MODES:
+            raise ValueError(
+                f"node agent mode must be one of {', '.join(MODES)}, got {self.mode!r}"
             )
         for name in (
             "detect_interval_s",

@@ -114,7 +114,7 @@ def _explain(status: int, what: str, body: bytes) -> KubeError:
     hint = {
         401: "the node agent's service account token was refused",
         403: "grant the node agent's service account this verb in its ClusterRole "
-        "(get/patch nodes, get/list pods)",
+        "(get/patch nodes, get/list pods; in DRA mode ResourceSlices and ResourceClaims)",
         404: "it does not exist",
     }.get(status, "check the API server's health and the node agent's logs")
     return KubeError(f"{what}: HTTP {status}: {message or '(no message)'}; {hint}", status)
@@ -371,6 +371,69 @@ class KubeClient:
             while not queue.empty():
                 queue.get_nowait()
 
+    # -- DRA (resource.k8s.io/v1): the node's ResourceSlices and the claims it prepares ------
+
+    async def list_resource_slices(self, driver: str | None = None) -> list[JsonObject]:
+        """This node's ResourceSlices of *driver* (of every driver if ``None``)."""
+        selector = f"spec.nodeName={self.node_name}"
+        if driver is not None:
+            selector += f",spec.driver={driver}"
+        found = await self._call(
+            "GET",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            query=[("fieldSelector", selector)],
+            what=f"list ResourceSlices of node {self.node_name}",
+        )
+        items = (found or {}).get("items") or []
+        # Filtered here too, as for pods: the selector is the server's courtesy.
+        return [
+            s
+            for s in items
+            if isinstance(s, dict)
+            and (s.get("spec") or {}).get("nodeName") == self.node_name
+            and driver in (None, (s.get("spec") or {}).get("driver"))
+        ]
+
+    async def create_resource_slice(self, body: JsonObject) -> JsonObject:
+        name = str((body.get("metadata") or {}).get("name"))
+        found = await self._call(
+            "POST",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            body=body,
+            what=f"create ResourceSlice {name}",
+        )
+        return found or {}
+
+    async def replace_resource_slice(self, name: str, body: JsonObject) -> JsonObject:
+        """PUT *body* over slice *name*; its ``metadata.resourceVersion`` is the precondition."""
+        found = await self._call(
+            "PUT",
+            f"/apis/resource.k8s.io/v1/resourceslices/{quote(name, safe='')}",
+            body=body,
+            what=f"replace ResourceSlice {name}",
+        )
+        return found or {}
+
+    async def delete_resource_slice(self, name: str) -> None:
+        """Delete slice *name*; one already gone is fine."""
+        try:
+            await self._call(
+                "DELETE",
+                f"/apis/resource.k8s.io/v1/resourceslices/{quote(name, safe='')}",
+                what=f"delete ResourceSlice {name}",
+            )
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    async def get_resource_claim(self, namespace: str, name: str) -> JsonObject | None:
+        """The ResourceClaim, or ``None`` when it does not exist."""
+        path = (
+            f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
+            f"/resourceclaims/{quote(name, safe='')}"
+        )
+        return await self._call("GET", path, what=f"read ResourceClaim {namespace}/{name}")
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _node_path(self) -> str:
@@ -430,7 +493,9 @@ class KubeClient:
             method,
             self._url(path, query),
             body=None if body is None else json.dumps(body).encode(),
-            headers=self._headers(MERGE_PATCH if body is not None else None),
+            headers=self._headers(
+                None if body is None else MERGE_PATCH if method == "PATCH" else "application/json"
+            ),
             timeout=urllib3.Timeout(total=self.timeout_s),
             retries=False,
             redirect=False,

@@ -8,7 +8,10 @@ concurrency on the node handoff, one-write bind, watch resume and relist), so th
 implements them for the endpoints xpushare uses, and nothing else:
 
 * core ``v1`` nodes, pods (with the ``binding`` and ``status`` subresources), events and
-  namespaces; ``coordination.k8s.io/v1`` leases; any other plural is stored generically;
+  namespaces; ``coordination.k8s.io/v1`` leases; ``resource.k8s.io/v1`` ResourceSlices and
+  DeviceClasses (cluster-scoped), ResourceClaims and their templates; any other plural is
+  stored generically; deleting an object deletes what names it in ``ownerReferences`` (the
+  garbage collector's work, done at once);
   TokenReviews and SubjectAccessReviews are answered by :attr:`FakeApiServer.reviewers`;
 * list (with ``labelSelector`` ``k=v`` and ``fieldSelector`` ``a.b=v`` / ``a.b!=v``), get,
   create (``generateName`` too), replace, delete;
@@ -42,7 +45,7 @@ from typing import Any
 from aiohttp import web
 
 #: Resources that live outside namespaces.
-CLUSTER_SCOPED = frozenset({"nodes", "namespaces"})
+CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "resourceslices", "deviceclasses"})
 
 _KINDS = {
     "nodes": "Node",
@@ -51,6 +54,18 @@ _KINDS = {
     "leases": "Lease",
     "namespaces": "Namespace",
     "configmaps": "ConfigMap",
+    "resourceslices": "ResourceSlice",
+    "resourceclaims": "ResourceClaim",
+    "resourceclaimtemplates": "ResourceClaimTemplate",
+    "deviceclasses": "DeviceClass",
+}
+
+#: The group/version of the kinds above that are not in core v1.
+_API_VERSIONS = {
+    "resourceslices": "resource.k8s.io/v1",
+    "resourceclaims": "resource.k8s.io/v1",
+    "resourceclaimtemplates": "resource.k8s.io/v1",
+    "deviceclasses": "resource.k8s.io/v1",
 }
 
 # Enough for every test's churn; the real server keeps about five minutes of etcd history.
@@ -405,7 +420,7 @@ class FakeApiServer:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
         if plural in _KINDS:
             obj.setdefault("kind", _KINDS[plural])
-            obj.setdefault("apiVersion", "v1")
+            obj.setdefault("apiVersion", _API_VERSIONS.get(plural, "v1"))
         self.objects[key] = obj
         self._emit(plural, key[1], kind, obj)
         return copy.deepcopy(obj)
@@ -417,7 +432,25 @@ class FakeApiServer:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         self._emit(plural, key[1], "DELETED", obj)
+        self._collect_garbage(str(obj["metadata"].get("uid") or ""))
         return obj
+
+    def _collect_garbage(self, owner_uid: str) -> None:
+        """Delete what *owner_uid* owned, as the garbage collector does (background
+        propagation, at once here): e.g. a Node's ResourceSlices when the Node goes."""
+        if not owner_uid:
+            return
+        owned = [
+            key
+            for key, obj in self.objects.items()
+            if any(
+                isinstance(ref, dict) and ref.get("uid") == owner_uid
+                for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+            )
+        ]
+        for key in owned:
+            if key in self.objects:
+                self._remove(key[0], key)
 
     def _emit(self, plural: str, namespace: str | None, kind: str, obj: Object) -> None:
         self._last[plural] = self._rv

@@ -1,0 +1,136 @@
+"""The node agent in DRA mode, end to end with the mock vendor: slices published, a claim
+allocated as kube-scheduler writes it, prepared into a CDI spec with the limits, the agent
+restarted in the middle, unprepared, nothing left."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from kubernetes.client import ApiClient
+from nodekit import NODE, eventually, mock_host
+
+from xpushare.node import KubeClient
+from xpushare.testing.apiserver import FakeApiServer
+from xpushare.testing.drakubelet import FakeDraKubelet
+from xpushare.testing.nodeagent import run_node_agent, short_socket_dir
+
+DRIVER = "mock.xpushare.io"
+
+
+def claim_reads(api):
+    return sum(1 for r in api.requests if r.resource == "resourceclaims" and r.method == "GET")
+
+
+def dra_config(root, sockets):
+    return dict(
+        mode="dra",
+        plugins_registry_dir=sockets / "registry",
+        dra_plugins_dir=sockets / "plugins",
+        cdi_dir=root / "cdi",
+        state_dir=root / "state",
+    )
+
+
+def allocated(slice_obj, device_index, memory="8Gi", cores="30"):
+    """A ResourceClaim as kube-scheduler leaves it: allocated from *slice_obj*'s device."""
+    device = slice_obj["spec"]["devices"][device_index]["name"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "train", "namespace": "ml", "uid": str(uuid.uuid4())},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": DRIVER,
+                            "capacity": {"requests": {"memory": memory, "cores": cores}},
+                        },
+                    }
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": DRIVER,
+                            "pool": slice_obj["spec"]["pool"]["name"],
+                            "device": device,
+                            "shareID": str(uuid.uuid4()),
+                            "consumedCapacity": {"memory": memory, "cores": cores, "shares": "1"},
+                        }
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": "trainer", "uid": str(uuid.uuid4())}],
+        },
+    }
+
+
+async def test_slice_claim_prepare_restart_unprepare(tmp_path):
+    with short_socket_dir("xda") as sockets:
+        async with FakeApiServer() as api:
+            api.put("nodes", {"metadata": {"name": NODE, "uid": "node-uid"}})
+            kubelet = FakeDraKubelet(sockets / "registry")
+            await kubelet.start()
+            config = dra_config(tmp_path, sockets)
+            try:
+                client = KubeClient.for_host(NODE, api.url)
+                async with run_node_agent(
+                    mock_host("4x A100-80GB"), client, sockets, **config
+                ) as run:
+                    await kubelet.wait_registered(DRIVER)
+                    await eventually(lambda: api.items("resourceslices"), "slices published")
+                    (slice_obj,) = api.items("resourceslices")
+                    ApiClient()._ApiClient__deserialize(slice_obj, "V1ResourceSlice")
+                    assert len(slice_obj["spec"]["devices"]) == 4
+                    await eventually(lambda: run.agent.readiness() == [], "ready")
+                    claim = allocated(slice_obj, 2)
+                    ApiClient()._ApiClient__deserialize(claim, "ResourceV1ResourceClaim")
+                    api.put("resourceclaims", claim)
+                    uid = claim["metadata"]["uid"]
+                    ref = ("ml", "train", uid)
+                    answer = await kubelet.prepare(DRIVER, [ref])
+                    assert answer[uid].error == ""
+                    (device,) = answer[uid].devices
+                    assert (
+                        device["share_id"]
+                        == claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
+                    )
+                client.close()
+
+                (spec_file,) = (tmp_path / "cdi").glob("*.json")
+                spec = json.loads(spec_file.read_text())
+                (cdi,) = spec["devices"]
+                assert device["cdi_device_ids"] == [f"{spec['kind']}={cdi['name']}"]
+                env = dict(e.split("=", 1) for e in cdi["containerEdits"]["env"])
+                gpu = slice_obj["spec"]["devices"][2]["attributes"]["uuid"]["string"]
+                assert env == {
+                    "XPUSHARE_MOCK_VISIBLE_DEVICES": gpu,
+                    "XPUSHARE_MOCK_MEMORY_LIMIT_0": "8192m",
+                    "XPUSHARE_MOCK_CORE_LIMIT_0": "30",
+                }
+
+                # The agent restarts (a DaemonSet update), and so does kubelet.
+                kubelet.forget()
+                client = KubeClient.for_host(NODE, api.url)
+                host = mock_host("4x A100-80GB")
+                async with run_node_agent(host, client, sockets, **config):
+                    await kubelet.wait_registered(DRIVER)
+                    reads = claim_reads(api)
+                    again = await kubelet.prepare(DRIVER, [ref])
+                    assert again[uid].devices == answer[uid].devices
+                    # Answered from the checkpoint: a new preparation would read the claim.
+                    assert claim_reads(api) == reads, "prepared again after the restart"
+                    gone = await kubelet.unprepare(DRIVER, [ref])
+                    assert gone[uid].error == ""
+                    assert list((tmp_path / "cdi").glob("*.json")) == []
+                    assert list((tmp_path / "state" / "dra" / "mock").glob("*.json")) == []
+                client.close()
+            finally:
+                await kubelet.stop()
