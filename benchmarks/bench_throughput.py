@@ -234,6 +234,7 @@ async def run(args: argparse.Namespace) -> None:
             "kube.server": api_url,
             "kube.request_timeout_s": 120,
             "server.filter_port": 0,
+            "server.event_loop": args.event_loop,
         },
     )
     kube = await Kube.connect(KubeSettings(server=api_url, request_timeout_s=120))
@@ -315,6 +316,12 @@ def main() -> None:
     parser.add_argument("--binds-in-flight", type=int, default=64)
     parser.add_argument("--policy", default="fgd-cpu", help="placement.policy (the default)")
     parser.add_argument(
+        "--event-loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="server.event_loop of the scheduler (and its workers)",
+    )
+    parser.add_argument(
         "--filter-workers",
         type=int,
         default=0,
@@ -325,7 +332,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.nodes, args.pods = 500, 300
-    asyncio.run(run(args))
+    from xpushare.scheduler.eventloop import run as run_on
+
+    run_on(run(args), args.event_loop)
 
 
 if __name__ == "__main__":

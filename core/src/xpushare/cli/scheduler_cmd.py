@@ -100,7 +100,9 @@ def command(
         click.echo(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
         return
     logging.getLogger().setLevel(config.log_level.upper())
-    asyncio.run(_run(config))
+    from xpushare.scheduler.eventloop import run
+
+    run(_run(config), config.server.event_loop)
 
 
 async def _run(config: Any) -> None:

@@ -86,6 +86,9 @@ class ServerConfig(_Section):
     filter_workers: int = Field(default=0, ge=0, le=MAX_FILTER_WORKERS)
     #: HTTPS port of the filter workers (the main port's TLS); used when filter_workers > 0.
     filter_port: int = Field(default=8444, ge=0, le=65535)
+    #: The event loop: "auto" (uvloop where installed), "uvloop" (required) or "asyncio"
+    #: (scheduler/eventloop.py).
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
 
 
 class TLSConfig(_Section):

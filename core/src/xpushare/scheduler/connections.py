@@ -35,7 +35,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -89,14 +89,15 @@ class _Connection(asyncio.Protocol):
     # -- asyncio callbacks -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport: asyncio's own, or uvloop's, which has the same methods but
+        # is not a subclass (so no isinstance check here).
+        stream = self._transport = cast("asyncio.Transport", transport)
         guard = self._guard
         if guard.active >= guard.limits.max_connections:
             # Refused before aiohttp sees it: no handler, no parser, no buffers.
             guard.closed("over-capacity")
-            transport.write(guard.busy_answer)
-            transport.close()
+            stream.write(guard.busy_answer)
+            stream.close()
             return
         guard.opened(transport, self)
         self._arm(guard.limits.header_timeout_s)

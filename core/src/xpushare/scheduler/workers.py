@@ -48,6 +48,7 @@ import orjson
 
 from xpushare.codec import decode_assignment, encode_assignment
 from xpushare.errors import XpushareError
+from xpushare.scheduler.eventloop import run
 
 if TYPE_CHECKING:
     from xpushare.scheduler.config import SchedulerConfig
@@ -455,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     listen = socket.socket(fileno=args.listen_fd)
     mirror_sock = socket.socket(fileno=args.mirror_fd)
     try:
-        asyncio.run(serve(config, listen, mirror_sock))
+        run(serve(config, listen, mirror_sock), config.server.event_loop)
     except Exception as exc:  # one line for the operator; the trace for a developer
         log.error(
             "filter worker %d stopped: %s: %s (its leader starts it again; the same "
