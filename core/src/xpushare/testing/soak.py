@@ -244,7 +244,7 @@ async def run_soak(config: SoakConfig) -> SoakReport:
         fleet.spawn()
         try:
             async with aiohttp.ClientSession() as session:
-                await wait_leader(fleet.alive(), session, 30)
+                await wait_leader(fleet.alive(), session)
                 until = time.monotonic() + config.duration_s
                 config.progress(f"leader after {time.monotonic() - started:.1f} s")
                 await asyncio.gather(
@@ -257,7 +257,7 @@ async def run_soak(config: SoakConfig) -> SoakReport:
                 for replica in fleet.replicas:
                     replica.thaw()
                 config.progress(f"faults over after {time.monotonic() - started:.1f} s")
-                leader = await wait_leader(fleet.alive(), session, 30)
+                leader = await wait_leader(fleet.alive(), session)
                 config.progress(f"leader after {time.monotonic() - started:.1f} s")
                 await _settle(api, leader, session, report)
                 config.progress(f"settled after {time.monotonic() - started:.1f} s")
