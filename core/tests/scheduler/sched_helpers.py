@@ -111,7 +111,9 @@ async def start_scheduler(
     }
     settings.update(overrides)
     config = load_config(environ={}, overrides=settings)
-    kube = await Kube.connect(KubeSettings(server=api.url))
+    kube = await Kube.connect(
+        KubeSettings(server=api.url, request_timeout_s=config.kube.request_timeout_s)
+    )
     scheduler = Scheduler(config, host=mock_host(), kube=kube, freeze_gc=False)
     await scheduler.start()
     if sync:

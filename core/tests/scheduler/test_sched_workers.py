@@ -26,7 +26,14 @@ from xpushare.scheduler.workers import ReservationMirror
 from xpushare.scheduling import UsageLedger
 from xpushare.testing.apiserver import FakeApiServer, RecordedRequest
 
-WORKER = {"server.filter_workers": 1, "server.filter_port": 0}
+#: The binds a test holds at the API server must outlast a worker's restart (imports and a
+#: first list: over 20 s on a loaded 2-core machine), so no timeout ends them first.
+WORKER = {
+    "server.filter_workers": 1,
+    "server.filter_port": 0,
+    "bind.wait_s": 60,
+    "kube.request_timeout_s": 120,
+}
 
 
 async def _ready(running: Running, timeout_s: float = 60.0) -> str:
