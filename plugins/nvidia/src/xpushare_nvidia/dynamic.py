@@ -199,26 +199,32 @@ def create(handle: Any, gpu: str, profile: GiProfile, start: int) -> Instance:
         )
     except pynvml.NVMLError as exc:
         raise MigError(f"cannot create {where}: {exc}") from exc
+    ci: Any = None
     try:
         ci_profile = CI_PROFILE_FOR_SLICES.get(profile.compute_slices)
         if ci_profile is None:
             raise MigError(f"no compute instance profile takes {profile.compute_slices} slices")
-        info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile, CI_ENGINE_SHARED)
+        info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi, ci_profile, CI_ENGINE_SHARED
+        )
         ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, int(info.id))
         gi_id = int(pynvml.nvmlGpuInstanceGetInfo(gi).id)
         ci_id = int(pynvml.nvmlComputeInstanceGetInfo(ci).id)
     except (pynvml.NVMLError, MigError) as exc:
-        _undo(gi, where)
+        _undo(gi, ci, where)
         raise MigError(f"cannot create the compute instance of {where}: {exc}") from exc
     uuid = mig_uuid(handle, gi_id, ci_id)
     if uuid is None:
+        _undo(gi, ci, where)
         raise MigError(f"{where} was created (GPU instance {gi_id}) but no MIG device shows it")
     log.info("vendor nvidia: created %s: GPU instance %d, MIG device %s", where, gi_id, uuid)
     return Instance(gpu=gpu, profile=profile.name, start=start, gi=gi_id, ci=ci_id, uuid=uuid)
 
 
-def _undo(gi: Any, where: str) -> None:
+def _undo(gi: Any, ci: Any, where: str) -> None:
     try:
+        if ci is not None:
+            pynvml.nvmlComputeInstanceDestroy(ci)
         pynvml.nvmlGpuInstanceDestroy(gi)
     except pynvml.NVMLError as exc:
         log.error("vendor nvidia: half-created %s could not be destroyed: %s", where, exc)

@@ -232,6 +232,10 @@ class FakeNvml:
         assert slot >= 0, f"no live MIG device {mig_uuid} on GPU {gpu}"
         return slot
 
+    def alive(self, gpu: int, mig_uuid: str) -> bool:
+        """Whether MIG device *mig_uuid* exists on *gpu*."""
+        return int(self.lib.fake_mig_slot(gpu, mig_uuid.encode())) >= 0
+
     def clear_processes(self, gpu: int, *, mig: int = -1) -> None:
         assert self.lib.fake_clear_processes(gpu, mig) == 0
 
