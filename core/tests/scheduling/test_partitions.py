@@ -58,13 +58,19 @@ def test_the_first_1g_goes_last_so_that_4g_stays_possible() -> None:
     ("sequence", "expected"),
     [
         # 3g at 4 keeps 4g at 0 possible; 2g then at 0 (tie with 2, lowest wins); 1g at 2, 3.
-        (["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"], ["3g.40gb@4", "2g.20gb@0", "1g.10gb@2", "1g.10gb@3"]),
+        (
+            ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+            ["3g.40gb@4", "2g.20gb@0", "1g.10gb@2", "1g.10gb@3"],
+        ),
         (["4g.40gb", "3g.40gb"], ["4g.40gb@0", "3g.40gb@4"]),
         (["3g.40gb", "3g.40gb"], ["3g.40gb@4", "3g.40gb@0"]),
         # The first 2g at 4, not HAMi's lowest start: at 0 it would block 4g.
-        (["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"], ["2g.20gb@4", "2g.20gb@0", "2g.20gb@2", "1g.10gb@6"]),
+        (
+            ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"],
+            ["2g.20gb@4", "2g.20gb@0", "2g.20gb@2", "1g.10gb@6"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_combinations_that_fill_the_gpu(sequence: list[str], expected: list[str]) -> None:
     g = geo()
     booked = book(g, sequence)

@@ -194,7 +194,8 @@ def test_the_pods_mode_and_profile_annotations(
     mig_gpu(fake)
     handle = dynamic(nvidia, gpu_modes={})
     (device,) = handle.detect()
-    container = ContainerView(name="main", limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"})
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
+    container = ContainerView(name="main", limits=limits)
 
     def parsed(annotations: dict[str, str]) -> ContainerRequest:
         view = PodView(ref=PodRef(namespace="ml", name="p", uid="u1"), annotations=annotations)
@@ -277,7 +278,7 @@ def test_a_stale_placement_is_refused_with_a_reason(
     mig_gpu(fake)
     handle = dynamic(nvidia)
     devices = handle.detect()
-    with pytest.raises(PluginError, match="offers no MIG instance 3g.40gb@1"):
+    with pytest.raises(PluginError, match=r"offers no MIG instance 3g\.40gb@1"):
         handle.allocate(alloc(devices, POD_A, "3g.40gb@1"))
     assert fake.gi_count(0) == 0
 

@@ -204,9 +204,7 @@ def create(handle: Any, gpu: str, profile: GiProfile, start: int) -> Instance:
         ci_profile = CI_PROFILE_FOR_SLICES.get(profile.compute_slices)
         if ci_profile is None:
             raise MigError(f"no compute instance profile takes {profile.compute_slices} slices")
-        info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-            gi, ci_profile, CI_ENGINE_SHARED
-        )
+        info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile, CI_ENGINE_SHARED)
         ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, int(info.id))
         gi_id = int(pynvml.nvmlGpuInstanceGetInfo(gi).id)
         ci_id = int(pynvml.nvmlComputeInstanceGetInfo(ci).id)
