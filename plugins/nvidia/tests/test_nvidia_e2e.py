@@ -8,6 +8,8 @@ NVLink pair); kubelet's Allocate gives the container HAMi-core's limits.
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,32 @@ async def test_two_pods_share_one_a100_through_mig_instances_made_for_them(
             await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.node_annotations(), 5)
         assert places[0] == "3g.40gb@4"  # the smallest profile over 30000 MiB, 4g kept open
         assert places[1] is not None and places[1].startswith("1g.10gb@")
+
+        # The node agent's metrics show each instance's memory under its pod's name.
+        fake.mig_memory(0, migs[0], 12000)
+        series = (
+            f'xpushare_container_memory_used_bytes{{container="main",device="{uuid(0)}",'
+            f'namespace="default",node="{NODE}",pod="big",vendor="nvidia"}}'
+        )
+        url = f"http://127.0.0.1:{flow.agent.agent.http_port}/metrics"
+
+        def scraped() -> str:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return str(response.read().decode())
+
+        async def served() -> bool:
+            text = await asyncio.to_thread(scraped)
+            return any(
+                x.startswith(f"{series} ") and float(x.split()[-1]) == 12000 * 2**20
+                for x in text.splitlines()
+            )
+
+        for _ in range(500):
+            if await served():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"not served: {series}")
         assert fake.gi_count(0) == 2 and migs[0] != migs[1]
 
         for bound in pods:

@@ -414,6 +414,7 @@ def _create_instances(
     """
     journal = Journal(Path(config.journal_dir))
     name = _container_dir_name(request, who)
+    _note_owner(config, request, name, who)
     entries = journal.read(name)
     geometry: dict[str, tuple[dynamic.GiProfile, ...]] = nvml.extra.get(detect.GEOMETRY_KEY, {})
     out: list[str] = []
@@ -457,6 +458,32 @@ def _create_instances(
         journal.write(name, entries)
         out.append(created.uuid)
     return out
+
+
+def _note_owner(config: NvidiaConfig, request: AllocateRequest, name: str, who: str) -> None:
+    """Who the container is, next to HAMi-core's owner files: the monitor labels the MIG
+    instance's usage with it, and a mode switch waits for it (:func:`hami_core_holders`)."""
+    meta = Path(config.hami_core.agent_path) / META_DIR
+    try:
+        meta.mkdir(parents=True, exist_ok=True)
+        _write_if_changed(
+            meta / f"{name}.json",
+            json.dumps(
+                {
+                    "namespace": request.pod.namespace,
+                    "pod": request.pod.name,
+                    "uid": request.pod.uid,
+                    "container": request.container,
+                    "devices": sorted({s.device_id for s in request.slices}),
+                },
+                sort_keys=True,
+            ),
+        )
+    except OSError as exc:
+        raise AllocationRefused(
+            f"{who}: cannot note the MIG instance's owner under {meta} on node {request.node}: "
+            f"{exc}. The node agent needs that directory mounted read-write."
+        ) from exc
 
 
 def _still(handle: object, instance: dynamic.Instance, profile: dynamic.GiProfile) -> bool:

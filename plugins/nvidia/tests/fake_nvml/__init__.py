@@ -113,6 +113,7 @@ class FakeNvml:
         self._sig("fake_gi_count", c.c_int, [c.c_int])
         self._sig("fake_mig_slot", c.c_int, [c.c_int, c.c_char_p])
         self._sig("fake_clear_processes", c.c_int, [c.c_int, c.c_int])
+        self._sig("fake_set_mig_memory", c.c_int, [c.c_int, c.c_int, c.c_ulonglong])
         self._sig(
             "fake_push_event", c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong, c.c_uint, c.c_uint]
         )
@@ -235,6 +236,10 @@ class FakeNvml:
     def alive(self, gpu: int, mig_uuid: str) -> bool:
         """Whether MIG device *mig_uuid* exists on *gpu*."""
         return int(self.lib.fake_mig_slot(gpu, mig_uuid.encode())) >= 0
+
+    def mig_memory(self, gpu: int, mig_uuid: str, used_mib: int) -> None:
+        """Memory in use on the live MIG device *mig_uuid*."""
+        assert self.lib.fake_set_mig_memory(gpu, self.mig_slot(gpu, mig_uuid), used_mib) == 0
 
     def clear_processes(self, gpu: int, *, mig: int = -1) -> None:
         assert self.lib.fake_clear_processes(gpu, mig) == 0

@@ -428,6 +428,16 @@ int fake_mig_slot(int gpu, const char *uuid) {
     return found;
 }
 
+/* Memory in use on MIG device `mig` of `gpu`, in MiB. */
+int fake_set_mig_memory(int gpu, int mig, unsigned long long used_mib) {
+    if (gpu < 0 || gpu >= ngpus || mig < 0 || mig >= MAX_MIGS)
+        return -1;
+    pthread_mutex_lock(&lock);
+    gpus[gpu].migs[mig].mem_used = used_mib * MIB;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
 /* Ends the processes of MIG device `mig` of `gpu` (as when its container stops). */
 int fake_clear_processes(int gpu, int mig) {
     if (gpu < 0 || gpu >= ngpus)
