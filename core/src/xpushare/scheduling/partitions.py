@@ -20,17 +20,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from xpushare.models import PartitionProfile
 from xpushare.models.device import MAX_SLICES
 
 #: Separator between a profile and the slice its instance starts at, in booked names.
 SLOT_SEPARATOR: Final = "@"
-#: Decoded geometries kept at most. One entry per distinct profile table object; a fleet
-#: has a handful of GPU models, and nodes re-register rarely. Past the bound the cache is
-#: emptied (an entry is a few kB: under 4 MB).
+#: Profile table objects remembered at most, each pointing at the geometry of its content.
+#: Every device of every node has its own table object (decoded from its node's annotation),
+#: so this is sized for a fleet: 5,000 nodes x 8 GPUs, with room to spare; an entry is two
+#: references (the tables themselves belong to the inventory). Past the bound it is emptied.
+IDENTITY_LIMIT: Final = 65_536
+#: Distinct geometries (by content) kept at most: a fleet has a handful of GPU models.
 CACHE_LIMIT: Final = 1024
+#: Answers kept per geometry (occupancies decoded, placements chosen): nodes in the same
+#: state ask the same questions, so a few thousand serve a fleet. Emptied past the bound.
+ANSWERS_LIMIT: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +76,7 @@ class Occupancy:
 class Geometry:
     """The partition geometry of one device model, decoded from its published profiles."""
 
-    __slots__ = ("by_name", "compute_slices", "shapes", "slices")
+    __slots__ = ("_choices", "_occupancies", "by_name", "compute_slices", "shapes", "slices")
 
     def __init__(self, shapes: Sequence[Shape], compute_slices: int, slices: int) -> None:
         # Smallest first: by memory, then compute, then name (HAMi's order, §5.2).
@@ -78,11 +84,25 @@ class Geometry:
         self.by_name = {s.name: s for s in self.shapes}
         self.compute_slices = compute_slices
         self.slices = slices
+        # The fit asks per node and device: answers are shared by every device of this
+        # geometry in the same state (the same booked names, the same request).
+        self._occupancies: dict[tuple[str, ...], Occupancy] = {}
+        self._choices: dict[tuple[Any, ...], tuple[Shape, int] | None] = {}
 
     # -- booked names -----------------------------------------------------------------
 
     def occupancy(self, in_use: Iterable[str]) -> Occupancy:
         """The occupancy the booked names (``"<profile>@<start>"``) make on the device."""
+        key = tuple(sorted(in_use))
+        found = self._occupancies.get(key)
+        if found is None:
+            found = self._occupancy(key)
+            if len(self._occupancies) >= ANSWERS_LIMIT:
+                self._occupancies.clear()
+            self._occupancies[key] = found
+        return found
+
+    def _occupancy(self, in_use: tuple[str, ...]) -> Occupancy:
         mask = 0
         compute = 0
         counts: dict[str, int] = {}
@@ -144,6 +164,18 @@ class Geometry:
     ) -> tuple[Shape, int] | None:
         """The profile and start for one new instance: *named*, else the smallest profile
         that holds the memory and compute asked and has a free placement."""
+        key = (memory_mib, compute_percent, named, occ)
+        if key in self._choices:
+            return self._choices[key]
+        found = self._choose(memory_mib, compute_percent, occ, named)
+        if len(self._choices) >= ANSWERS_LIMIT:
+            self._choices.clear()
+        self._choices[key] = found
+        return found
+
+    def _choose(
+        self, memory_mib: int, compute_percent: int, occ: Occupancy, named: str | None
+    ) -> tuple[Shape, int] | None:
         if named is not None:
             shape = self.by_name.get(named)
             candidates = [shape] if shape is not None else []
@@ -212,24 +244,32 @@ def is_dynamic(profiles: Sequence[PartitionProfile]) -> bool:
     return any(p.placements for p in profiles)
 
 
-_cache: dict[int, tuple[Sequence[PartitionProfile], Geometry | None]] = {}
+_by_identity: dict[int, tuple[Sequence[PartitionProfile], Geometry | None]] = {}
+_by_content: dict[tuple[PartitionProfile, ...], Geometry | None] = {}
 
 
 def geometry_of(profiles: Sequence[PartitionProfile]) -> Geometry | None:
     """The geometry of a device with *profiles*; ``None`` when they have no placements.
 
-    Cached by the identity of the profile table, which is held by the cache, so an id cannot
-    be reused for another table while its entry lives: a device's table is decoded once,
-    however many requests ask about it.
+    Looked up by the identity of the profile table first (O(1); the entry holds the table,
+    so its id cannot be reused for another while the entry lives), then by its content, so
+    every device of one GPU model shares one decoded geometry and its answers.
     """
     key = id(profiles)
-    found = _cache.get(key)
+    found = _by_identity.get(key)
     if found is not None and found[0] is profiles:
         return found[1]
-    geometry = _decode(profiles)
-    if len(_cache) >= CACHE_LIMIT:
-        _cache.clear()
-    _cache[key] = (profiles, geometry)
+    content = tuple(profiles)
+    if content in _by_content:
+        geometry = _by_content[content]
+    else:
+        geometry = _decode(profiles)
+        if len(_by_content) >= CACHE_LIMIT:
+            _by_content.clear()
+        _by_content[content] = geometry
+    if len(_by_identity) >= IDENTITY_LIMIT:
+        _by_identity.clear()
+    _by_identity[key] = (profiles, geometry)
     return geometry
 
 
