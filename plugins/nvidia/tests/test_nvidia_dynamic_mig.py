@@ -389,3 +389,27 @@ def test_exclusive_mode_gives_whole_gpus(
     given = handle.allocate(alloc([whole], POD_A, *()).model_copy(update={"slices": (piece,)}))
     assert given.envs["NVIDIA_VISIBLE_DEVICES"] == whole.id
     assert not any(k.startswith("CUDA_DEVICE_MEMORY_LIMIT") for k in given.envs)
+
+
+def test_the_score_prefers_the_placement_that_loses_least(
+    nvidia: Callable[..., VendorHandle], fake: FakeNvml
+) -> None:
+    mig_gpu(fake)
+    handle = dynamic(nvidia)
+    (device,) = handle.detect()
+    view = NodeView(name=NODE, devices=(device,))
+
+    def score(booked: list[str]) -> float | None:
+        usage = {device.id: DeviceUsage(device_id=device.id, partitions_in_use=tuple(booked))}
+        result = handle.fit(request=ask(4000), node=view, usage=usage, device_order=[])
+        return handle.score(request=ask(4000), node=view, fit=result, usage=usage)
+
+    # A 1g on the empty A100: the largest profile left goes from 7g to 4g (3 of 7 slices).
+    assert score([]) == pytest.approx(1 - 3 / 7)
+    # Beside a 3g at 4: from 4g to 2g (2 of 7): this GPU is the better place.
+    assert score(["3g.40gb@4"]) == pytest.approx(1 - 2 / 7)
+    # Beside 3g at 4 and 2g at 0, slices 2-3 are left: from 2g to 1g (1 of 7).
+    assert score(["3g.40gb@4", "2g.20gb@0"]) == pytest.approx(1 - 1 / 7)
+    # With only one 1g slot left, taking it loses the 1g itself (1 of 7) too; a full GPU
+    # has no fit, hence no score.
+    assert score(["3g.40gb@4", "2g.20gb@0", "1g.10gb@2"]) == pytest.approx(1 - 1 / 7)

@@ -456,7 +456,11 @@ def score(
     when that cannot be reproduced here (it is checked without memory over-commit), the
     given picks are rated.
     """
-    if not result.fits or request.partition is not None:
+    if not result.fits:
+        return None
+    if any(d.mode == MIG_MODE and geometry_of(d.partitions) for d in node.devices):
+        return _mig_score(request, node, usage)
+    if request.partition is not None:
         return None
     by_id = {d.id: d for d in node.devices}
     chosen = [by_id[i] for i in dict.fromkeys(s.device_id for s in result.devices) if i in by_id]
@@ -469,3 +473,34 @@ def score(
         if mine.fits and len(ids) == len(chosen):
             chosen = [by_id[i] for i in ids]
     return topology.set_quality(chosen)
+
+
+def _mig_score(
+    request: ContainerRequest, node: NodeView, usage: Mapping[str, DeviceUsage]
+) -> float | None:
+    """How little the placement this node gives *request* shrinks what its MIG GPUs can
+    still take, in [0, 1] (1: nothing lost).
+
+    The loss on a GPU is how many compute slices the largest profile that still fits loses
+    (:meth:`Geometry.room`), over the GPU's slices: a 1g instance on an empty A100 loses 3
+    (7g to 4g), on one that holds a 3g at 4 it loses 2 (4g to 2g), so the second node is
+    preferred and whole GPUs stay whole, the fragmentation measure of FGD applied to MIG.
+    """
+    mine = fit(request, node, usage, [], 1.0)
+    if mine is None or not mine.fits:
+        return None
+    by_id = {d.id: d for d in node.devices}
+    added: dict[str, list[str]] = {}
+    for piece in mine.devices:
+        added.setdefault(piece.device_id, []).append(piece.partition or "")
+    losses = []
+    for device_id, names in added.items():
+        device = by_id.get(device_id)
+        geometry = geometry_of(device.partitions) if device is not None else None
+        if geometry is None or geometry.compute_slices <= 0:
+            return None
+        booked = usage.get(device_id, _EMPTY).partitions_in_use
+        before = geometry.room(geometry.occupancy(booked))[0]
+        after = geometry.room(geometry.occupancy((*booked, *names)))[0]
+        losses.append(max(0, before - after) / geometry.compute_slices)
+    return 1.0 - sum(losses) / len(losses)
