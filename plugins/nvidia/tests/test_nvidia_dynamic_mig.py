@@ -413,3 +413,13 @@ def test_the_score_prefers_the_placement_that_loses_least(
     # With only one 1g slot left, taking it loses the 1g itself (1 of 7) too; a full GPU
     # has no fit, hence no score.
     assert score(["3g.40gb@4", "2g.20gb@0", "1g.10gb@2"]) == pytest.approx(1 - 1 / 7)
+
+
+def test_cdi_names_the_new_mig_device(nvidia: Callable[..., VendorHandle], fake: FakeNvml) -> None:
+    mig_gpu(fake)
+    handle = dynamic(nvidia, device_list_strategy="cdi")
+    devices = handle.detect()
+    given = handle.allocate(alloc(devices, POD_A, "1g.10gb@6"))
+    (name,) = given.cdi_devices
+    assert name.startswith("nvidia.com/gpu=MIG-") and fake.alive(0, name.split("=", 1)[1])
+    assert "NVIDIA_VISIBLE_DEVICES" not in given.envs
