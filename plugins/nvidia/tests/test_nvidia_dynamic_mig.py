@@ -423,3 +423,41 @@ def test_cdi_names_the_new_mig_device(nvidia: Callable[..., VendorHandle], fake:
     (name,) = given.cdi_devices
     assert name.startswith("nvidia.com/gpu=MIG-") and fake.alive(0, name.split("=", 1)[1])
     assert "NVIDIA_VISIBLE_DEVICES" not in given.envs
+
+
+def test_the_placer_never_books_overlapping_instances(
+    fake: FakeNvml, driver_root: Path, hami_dir: Path
+) -> None:
+    """Through the placement engine and its ledger: two containers of one pod, then more
+    pods, each booked where the earlier bookings leave room, until the GPU is full."""
+    from nvidia_kit import base_config
+
+    from xpushare.placement import Placer
+    from xpushare.scheduling import PodRequest, UsageLedger
+    from xpushare.scheduling.partitions import geometry_of
+    from xpushare.testing.hosts import VendorHosts
+    from xpushare_nvidia import plugin
+
+    mig_gpu(fake)
+    with VendorHosts("nvidia", plugin, node_name=NODE, strict=True) as hosts:
+        host = hosts.host({**base_config(driver_root, hami_dir), "mode": "mig"})
+        handle = host.vendor("nvidia")
+        handle.startup()
+        (device,) = handle.detect()
+        ledger = UsageLedger()
+        ledger.set_node(NODE, [device])
+        placer = Placer(ledger, "binpack", host=host)
+        pair = PodRequest.build(
+            [ask(30000).model_copy(update={"container": c}) for c in ("a", "b")]
+        )
+        first = placer.decide(pair, NODE)
+        places = [s.partition for c in first.containers for s in c.devices]
+        assert sorted(places) == ["3g.40gb@0", "3g.40gb@4"]  # not twice the same start
+        placer.commit("ml/pair", pair, first)
+        one = PodRequest.build([ask(4000)])
+        # 3g at 0 and at 4 take all eight memory slices: not even a 1g is left.
+        assert placer.filter(one, [NODE]).fits == []
+        usage = ledger.device_usage(NODE, "nvidia")[device.id]
+        geometry = geometry_of(device.partitions)
+        assert geometry is not None
+        assert geometry.occupancy(usage.partitions_in_use).broken == ""

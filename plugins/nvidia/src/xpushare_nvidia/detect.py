@@ -143,6 +143,10 @@ def _read(index: int, config: NvidiaConfig) -> _Gpu | None:
     )
 
 
+#: GPUs configured for mig mode that do not do MIG, already reported.
+_warned: set[str] = set()
+
+
 def _apply_mode(gpu: _Gpu, config: NvidiaConfig) -> None:
     """Switch the GPU to its configured mode if nothing runs on it; read its MIG geometry."""
     from xpushare_nvidia import allocate  # allocate imports this module
@@ -151,7 +155,8 @@ def _apply_mode(gpu: _Gpu, config: NvidiaConfig) -> None:
     if gpu.target is None:
         return
     if gpu.mig is None:
-        if gpu.target == modes.MIG:
+        if gpu.target == modes.MIG and gpu.uuid not in _warned:
+            _warned.add(gpu.uuid)  # once: detection runs every detect_interval
             log.warning(
                 "vendor nvidia: GPU %s (%s) is configured for mig mode but does not do MIG; it "
                 "serves in hami-core mode",
