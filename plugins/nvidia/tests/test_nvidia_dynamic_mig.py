@@ -461,3 +461,18 @@ def test_the_placer_never_books_overlapping_instances(
         geometry = geometry_of(device.partitions)
         assert geometry is not None
         assert geometry.occupancy(usage.partitions_in_use).broken == ""
+
+
+def test_a_whole_gpu_request_gets_the_instance_that_spans_the_gpu(
+    nvidia: Callable[..., VendorHandle], fake: FakeNvml
+) -> None:
+    mig_gpu(fake)
+    handle = dynamic(nvidia)
+    (device,) = handle.detect()
+    whole = ContainerRequest(vendor="nvidia", compute_percent=100, exclusive=True)
+    (piece,) = fit_on(handle, device, whole, []).devices
+    assert (piece.partition, piece.memory_mib) == ("7g.80gb@0", 81152)
+    all_memory = ContainerRequest(vendor="nvidia", memory_percent=100)
+    assert [s.partition for s in fit_on(handle, device, all_memory, []).devices] == ["7g.80gb@0"]
+    # Not while anything else is on the GPU.
+    assert not fit_on(handle, device, whole, ["1g.10gb@6"]).fits

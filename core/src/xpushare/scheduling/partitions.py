@@ -76,7 +76,15 @@ class Occupancy:
 class Geometry:
     """The partition geometry of one device model, decoded from its published profiles."""
 
-    __slots__ = ("_choices", "_occupancies", "by_name", "compute_slices", "shapes", "slices")
+    __slots__ = (
+        "_choices",
+        "_occupancies",
+        "by_name",
+        "compute_slices",
+        "shapes",
+        "slices",
+        "whole",
+    )
 
     def __init__(self, shapes: Sequence[Shape], compute_slices: int, slices: int) -> None:
         # Smallest first: by memory, then compute, then name (HAMi's order, §5.2).
@@ -84,6 +92,10 @@ class Geometry:
         self.by_name = {s.name: s for s in self.shapes}
         self.compute_slices = compute_slices
         self.slices = slices
+        #: The profile whose one instance is the whole device (7g on an A100), if any: the
+        #: one that takes every compute slice, the largest memory among such.
+        spanning = [s for s in self.shapes if s.compute_slices >= compute_slices]
+        self.whole: Shape | None = spanning[-1] if spanning else None
         # The fit asks per node and device: answers are shared by every device of this
         # geometry in the same state (the same booked names, the same request).
         self._occupancies: dict[tuple[str, ...], Occupancy] = {}

@@ -223,22 +223,35 @@ def _mig_instances_for(
 
     HAMi's MIG mode (research/hami-protocol.md §5.2): the memory asked for (a percent is of
     the whole GPU) picks the smallest profile with at least that much memory, and at least
-    the compute asked for; an exclusive request is never served by an instance.
+    the compute asked for; an exclusive request is never served by an instance. On a GPU
+    in dynamic MIG mode, a request for the whole GPU (exclusive, or all its memory) gets the
+    instance that spans it (7g on an A100) when the GPU holds nothing else: the only whole
+    GPU a MIG-mode GPU has, created for it like any other instance.
     """
     picks: list[DeviceSlice] = []
     for device in split:
         why = _constraints(request, device)
         used = usage.get(device.id, _EMPTY)
-        if why is None and (used.exclusive or request.exclusive):
+        geometry = geometry_of(device.partitions)
+        if why is None and (used.exclusive or (request.exclusive and geometry is None)):
             why = FitReason.EXCLUSIVE_CONFLICT
         if why is not None:
             reasons[why] += 1
             continue
         need = request.memory_for(device.memory_mib)
-        geometry = geometry_of(device.partitions)
         if geometry is not None:
             before = len(picks)
-            picks += _place(geometry, device, used, request.count - len(picks), need, request)
+            whole = request.exclusive or need >= device.memory_mib
+            named = geometry.whole.name if whole and geometry.whole else request.partition
+            picks += _place(
+                geometry,
+                device,
+                used,
+                request.count - len(picks),
+                0 if whole else need,
+                request,
+                named,
+            )
             if len(picks) == before:
                 reasons[FitReason.PARTITION_UNAVAILABLE] += 1
             if len(picks) == request.count:
@@ -283,12 +296,14 @@ def _place(
     count: int,
     need_mib: int,
     request: ContainerRequest,
+    named: str | None = None,
 ) -> list[DeviceSlice]:
     """Up to *count* new instances on a dynamic MIG GPU, each where it blocks least."""
     occ = geometry.occupancy(used.partitions_in_use)
     out: list[DeviceSlice] = []
+    compute = 0 if named is not None else request.compute_percent
     while len(out) < count:
-        chosen = geometry.choose(need_mib, request.compute_percent, occ, named=request.partition)
+        chosen = geometry.choose(need_mib, compute, occ, named=named)
         if chosen is None:
             break
         shape, start = chosen
@@ -399,7 +414,9 @@ def _fit_partition(
             elif request.compute_percent > shape.compute_percent:
                 reasons[FitReason.INSUFFICIENT_COMPUTE] += 1
             else:
-                got = _place(geometry, device, used, request.count - len(picks), 0, request)
+                got = _place(
+                    geometry, device, used, request.count - len(picks), 0, request, profile
+                )
                 if not got:
                     reasons[FitReason.PARTITION_UNAVAILABLE] += 1
                 picks += got
