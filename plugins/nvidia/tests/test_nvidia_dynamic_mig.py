@@ -246,7 +246,7 @@ def test_allocate_creates_the_booked_instance_and_release_destroys_it(
         handle.allocate(alloc(devices, POD_B, "7g.80gb@0", container="side"))
     assert fake.gi_count(0) == 1
     # The pod ends but its process lingers: release fails (retried later), instance kept.
-    with pytest.raises(PluginError, match="still run"):
+    with pytest.raises(PluginError, match="still running processes"):
         handle.release(release(POD_A))
     assert fake.gi_count(0) == 1
     fake.clear_processes(0, mig=fake.mig_slot(0, mig))

@@ -546,6 +546,7 @@ def _release_instances(nvml: Nvml | None, config: NvidiaConfig, request: Release
             profiles = nvml.extra.get(detect.GEOMETRY_KEY, {}).get(entry["gpu"], ())
             if handle is None:
                 left.append(entry)  # the GPU is gone from NVML for now: try again later
+                busy.append(f"{entry['profile']}@{entry['start']} on GPU {entry['gpu']} (not seen)")
                 continue
             instance = instance_of(entry) or _intended(journal, name, handle, entry, profiles)
             if instance is None:
@@ -556,8 +557,9 @@ def _release_instances(nvml: Nvml | None, config: NvidiaConfig, request: Release
         journal.write(name, left)
     if busy:
         raise AllocationRefused(
-            f"vendor nvidia: MIG devices {', '.join(busy)} of ended pod {request.pod} still run "
-            "processes; they are destroyed when those end"
+            f"vendor nvidia: MIG devices {', '.join(busy)} of ended pod {request.pod} are still "
+            "running processes or on a GPU NVML does not show now; they are destroyed when "
+            "that ends (the release is retried)"
         )
 
 
