@@ -179,3 +179,23 @@ def test_hostile_geometry_is_refused_at_the_model() -> None:
             memory_mib=1,
             partitions=tuple(P80[0].model_copy(update={"name": f"p{i}"}) for i in range(65)),
         )
+
+
+def test_a_node_annotation_with_hostile_geometry_is_refused_whole() -> None:
+    """Through the inventory codec, as the scheduler reads a node: a table past the bounds is
+    an error naming the field, not a slow decode or a geometry built from it."""
+    from xpushare.codec import decode_inventory, encode_inventory, inventory_key
+    from xpushare.errors import CodecError
+
+    device = Device(
+        vendor="nvidia", id="GPU-0", index=0, model="A100", memory_mib=81920, partitions=P80
+    )
+    good = decode_inventory(inventory_key("nvidia"), encode_inventory("nvidia", "n1", [device]))
+    (back,) = good.devices
+    assert back.partitions == P80 and geometry_of(back.partitions) is geometry_of(P80)
+    text = encode_inventory("nvidia", "n1", [device])
+    many = ", ".join('{"start": 0, "size": 1}' for _ in range(65))
+    hostile = text.replace('"placements":[{"start":0,"size":1}', f'"placements":[{many}', 1)
+    assert hostile != text
+    with pytest.raises(CodecError, match="placements"):
+        decode_inventory(inventory_key("nvidia"), hostile)
