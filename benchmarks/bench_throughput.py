@@ -21,6 +21,7 @@ and NVIDIA (a vendor with its own fit hook).
     uv run python benchmarks/bench_throughput.py                    # mock, 5,000 nodes
     uv run python benchmarks/bench_throughput.py --vendor nvidia
     uv run python benchmarks/bench_throughput.py --quick            # 500 nodes, 300 pods
+    uv run python benchmarks/bench_throughput.py --vendor nvidia --mig  # dynamic MIG A100s
 """
 
 from __future__ import annotations
@@ -45,19 +46,27 @@ RESOURCES = {
 }
 
 
-def _devices(vendor: str, name: str) -> list[Any]:
+def _devices(vendor: str, name: str, mig: bool = False) -> list[Any]:
     from xpushare.plugins.builtin.mock import parse_spec
+    from xpushare.testing.partitions import A100_80GB, profiles
 
     devices = parse_spec(f"{GPUS}x A100-80GB", name)
     if vendor == "mock":
         return devices
+    # --mig: every GPU in dynamic MIG mode with an A100-80GB's real geometry, so each pod is
+    # placed in it (profile and start) by the NVIDIA fit.
+    extra: dict[str, Any] = (
+        {"mode": "mig", "partitions": profiles(A100_80GB), "share_slots": 7} if mig else {}
+    )
     return [
-        d.model_copy(update={"vendor": vendor, "id": f"GPU-{name}-{d.index}", "model": "A100"})
+        d.model_copy(
+            update={"vendor": vendor, "id": f"GPU-{name}-{d.index}", "model": "A100", **extra}
+        )
         for d in devices
     ]
 
 
-def _cluster(queue: Any, vendor: str, nodes: int, pods: int) -> None:
+def _cluster(queue: Any, vendor: str, nodes: int, pods: int, mig: bool = False) -> None:
     """Child process: the API server, the fleet, the pending pods, the node agents."""
     from xpushare.codec import HANDOFF_KEY, encode_inventory, inventory_key
     from xpushare.testing.apiserver import FakeApiServer, RecordedRequest, node, pod
@@ -69,7 +78,7 @@ def _cluster(queue: Any, vendor: str, nodes: int, pods: int) -> None:
         await api.start()
         for i in range(nodes):
             name = f"node-{i:05d}"
-            inventory = encode_inventory(vendor, name, _devices(vendor, name))
+            inventory = encode_inventory(vendor, name, _devices(vendor, name, mig))
             api.put("nodes", node(name, {inventory_key(vendor): inventory}))
         rng = random.Random(7)
         for i in range(pods):
@@ -213,7 +222,9 @@ async def run(args: argparse.Namespace) -> None:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     child = ctx.Process(
-        target=_cluster, args=(queue, args.vendor, args.nodes, args.pods), daemon=True
+        target=_cluster,
+        args=(queue, args.vendor, args.nodes, args.pods, args.mig),
+        daemon=True,
     )
     child.start()
     started = time.perf_counter()
@@ -328,8 +339,15 @@ def main() -> None:
         help="server.filter_workers: processes that answer /filter and /prioritize",
     )
     parser.add_argument("--quick", action="store_true", help="500 nodes, 300 pods")
+    parser.add_argument(
+        "--mig",
+        action="store_true",
+        help="with --vendor nvidia: GPUs in dynamic MIG mode (A100-80GB geometry)",
+    )
     parser.add_argument("--profile", metavar="FILE", help="cProfile the scheduler into FILE")
     args = parser.parse_args()
+    if args.mig and args.vendor != "nvidia":
+        parser.error("--mig needs --vendor nvidia")
     if args.quick:
         args.nodes, args.pods = 500, 300
     from xpushare.scheduler.eventloop import run as run_on

@@ -46,6 +46,7 @@ def test_models_exports() -> None:
             "Mount",
             "NodeFit",
             "NodeView",
+            "PartitionPlacement",
             "PartitionProfile",
             "PodAssignment",
             "PodRef",

@@ -285,8 +285,8 @@ def xpushare_fit_applies(devices: Sequence[Device]) -> bool | None:
     partition: the core's own fit then decides there without building the hook's views,
     which is what keeps a stream of new request shapes at microseconds a node instead of tens
     (``/filter`` asks every candidate node; benchmarks/bench_shapes.py). Requests that name a
-    partition are always given to ``xpushare_fit``. A vendor whose fit reads the node's labels
-    or annotations must not return ``False``.
+    partition or a mode (``ContainerRequest.mode``) are always given to ``xpushare_fit``. A
+    vendor whose fit reads the node's labels or annotations must not return ``False``.
 
     Stops at the first non-``None`` result; ``None`` (or no implementation) means ``True``:
     ``xpushare_fit`` is asked on every node, as without this hook. An exception counts as

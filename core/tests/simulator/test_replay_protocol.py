@@ -97,9 +97,9 @@ def test_a_replay_registers_the_fleet_in_the_order_of_its_seed(
     registered: list[list[str]] = []
     real = engine.populate
 
-    def spy(ledger: UsageLedger, nodes: Sequence[NodeSpec]) -> None:
+    def spy(ledger: UsageLedger, nodes: Sequence[NodeSpec], *rest: Any) -> None:
         registered.append([n.name for n in nodes])
-        real(ledger, nodes)
+        real(ledger, nodes, *rest)
 
     monkeypatch.setattr(engine, "populate", spy)
     Simulation(FLEET, TASKS, host=host).run("fgd", seed=5)

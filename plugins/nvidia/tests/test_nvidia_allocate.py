@@ -81,7 +81,13 @@ def test_shared_gpus_get_hami_cores_environment_and_mounts(
     assert cache.is_dir() and not any(cache.iterdir())
     assert cache.stat().st_mode & 0o777 == 0o777
     meta = json.loads((hami_dir / "xpushare-meta" / f"{container_dir}.json").read_text())
-    assert meta == {"namespace": "ml", "pod": "trainer-0", "uid": POD.uid, "container": "main"}
+    assert meta == {
+        "namespace": "ml",
+        "pod": "trainer-0",
+        "uid": POD.uid,
+        "container": "main",
+        "devices": [uuid(1), uuid(3)],
+    }
 
 
 def test_a_retried_allocate_starts_from_an_empty_cache_dir(

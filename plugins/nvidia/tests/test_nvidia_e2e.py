@@ -8,6 +8,8 @@ NVLink pair); kubelet's Allocate gives the container HAMi-core's limits.
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
 from xpushare.testing.hosts import vendor_host
 from xpushare.testing.kubelet import ContainerSpec
+from xpushare.testing.partitions import A100_80GB
 from xpushare.testing.podflow import PodFlow
 from xpushare_nvidia import plugin
 
@@ -67,4 +70,81 @@ async def test_a_two_gpu_pod_gets_an_nvlink_pair_with_hami_core_limits(
         assert envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/usr/local/vgpu/vgpu.cache"
         assert "/etc/ld.so.preload" in admitted["main"].mounts
         await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.node_annotations(), 5)
+    assert fake.thread_violations == 0
+
+
+async def test_two_pods_share_one_a100_through_mig_instances_made_for_them(
+    fake: FakeNvml, driver_root: Path, hami_dir: Path
+) -> None:
+    """Dynamic MIG end to end: the scheduler picks each pod's profile and placement from the
+    geometry the agent published, Allocate creates the instances, deleting the pods destroys
+    them."""
+    fake.add_gpus(1)
+    fake.enable_mig(0)
+    fake.mig_profiles(0, A100_80GB)
+    config = {**base_config(driver_root, hami_dir), "mode": "mig"}
+    async with PodFlow(
+        nvidia_host(config), nvidia_host(config), vendor="nvidia", node_name=NODE
+    ) as flow:
+        await flow.kubelet.wait_until(lambda: flow.kubelet.allocatable(GPU) == 7, what="listed")
+        places: list[str | None] = []
+        migs: list[str] = []
+        pods = []
+        for spec in (
+            pod("big", limits={GPU: "1", "nvidia.com/gpumem": "30000"}),
+            pod(
+                "small",
+                limits={GPU: "1", "nvidia.com/gpumem": "8000"},
+                annotations={"nvidia.com/vgpu-mode": "mig"},
+            ),
+        ):
+            bound = await flow.schedule(spec)
+            pods.append(bound)
+            (container,) = decode_assignment(
+                bound["metadata"]["annotations"]["xpushare.io/assignment"]
+            ).containers
+            (piece,) = container.devices
+            places.append(piece.partition)
+            assert fake.gi_count(0) == len(migs)  # nothing is made before kubelet admits it
+            admitted = await flow.allocate(bound, [ContainerSpec("main", {GPU: 1})])
+            envs = admitted["main"].envs
+            (mig,) = envs["NVIDIA_VISIBLE_DEVICES"].split(",")
+            assert mig.startswith("MIG-") and fake.alive(0, mig)
+            assert not any(k.startswith("CUDA_DEVICE_MEMORY_LIMIT") for k in envs)
+            migs.append(mig)
+            await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.node_annotations(), 5)
+        assert places[0] == "3g.40gb@4"  # the smallest profile over 30000 MiB, 4g kept open
+        assert places[1] is not None and places[1].startswith("1g.10gb@")
+
+        # The node agent's metrics show each instance's memory under its pod's name.
+        fake.mig_memory(0, migs[0], 12000)
+        series = (
+            f'xpushare_container_memory_used_bytes{{container="main",device="{uuid(0)}",'
+            f'namespace="default",node="{NODE}",pod="big",vendor="nvidia"}}'
+        )
+        url = f"http://127.0.0.1:{flow.agent.agent.http_port}/metrics"
+
+        def scraped() -> str:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return str(response.read().decode())
+
+        async def served() -> bool:
+            text = await asyncio.to_thread(scraped)
+            return any(
+                x.startswith(f"{series} ") and float(x.split()[-1]) == 12000 * 2**20
+                for x in text.splitlines()
+            )
+
+        for _ in range(500):
+            if await served():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"not served: {series}")
+        assert fake.gi_count(0) == 2 and migs[0] != migs[1]
+
+        for bound in pods:
+            await flow.delete(bound)
+        await flow.api.wait_for(lambda: fake.gi_count(0) == 0, 10)
+        assert not any(fake.alive(0, m) for m in migs)
     assert fake.thread_violations == 0

@@ -95,6 +95,15 @@ def _policies(value: str) -> list[str]:
     help="The fleet's order, which decides ties: random drawn from each seed (the FGD"
     " authors' simulator: random node names, first name wins), or as the fleet file lists it.",
 )
+@click.option(
+    "--mig",
+    "mig_list",
+    default="",
+    metavar="MODELS",
+    help="Comma-separated GPU models (A100) whose GPUs are in dynamic MIG mode instead of"
+    " shared by HAMi-core: each task gets the smallest MIG instance that holds it, placed in"
+    " the GPU's real geometry (needs xpushare[nvidia]). Compare with a run without it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 @click.option(
     "--plot",
@@ -115,6 +124,7 @@ def command(
     target: float,
     tie_break: str,
     node_order: str,
+    mig_list: str,
     as_json: bool,
     plot_path: Path | None,
     quiet: bool,
@@ -132,6 +142,7 @@ def command(
       xpushare simulate                               # embedded openb sample, 3 policies
       xpushare simulate --trace default --repeat 3    # full trace, seeds 42-44
       xpushare simulate --nodes fleet.yaml --pods tasks.yaml --policy binpack,spread
+      xpushare simulate --mig A100                    # A100s cut by MIG, not shared
     """
     from xpushare.plugins import PluginHost
     from xpushare.simulator import Simulation, TraceError, datasets, read_nodes, read_tasks
@@ -177,6 +188,7 @@ def command(
             inflation=inflation,
             target=target / 100,
             node_order="listed" if node_order == "listed" else "seeded",
+            mig_models=[m.strip() for m in mig_list.split(",") if m.strip()],
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None

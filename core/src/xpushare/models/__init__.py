@@ -15,7 +15,13 @@ from xpushare.models.allocation import (
     ReleaseRequest,
 )
 from xpushare.models.assignment import ContainerAssignment, DeviceSlice, PodAssignment
-from xpushare.models.device import Device, LinkKind, PartitionProfile, TopologyLink
+from xpushare.models.device import (
+    Device,
+    LinkKind,
+    PartitionPlacement,
+    PartitionProfile,
+    TopologyLink,
+)
 from xpushare.models.fit import FitReason, FitResult, NodeFit
 from xpushare.models.kube import ContainerView, NodeView, PodRef, PodView
 from xpushare.models.monitor import ContainerUsage, DeviceSample, HealthEvent, MonitorSnapshot
@@ -53,6 +59,7 @@ __all__ = [
     "Mount",
     "NodeFit",
     "NodeView",
+    "PartitionPlacement",
     "PartitionProfile",
     "PodAssignment",
     "PodRef",

@@ -1,9 +1,9 @@
 """A device in a node's inventory: what a vendor's ``detect`` hook reports."""
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from xpushare.models._base import Model
 
@@ -33,13 +33,58 @@ class TopologyLink(Model):
     count: int = Field(default=1, ge=1, description="number of links of this kind, e.g. NVLinks")
 
 
-class PartitionProfile(Model):
-    """A hardware partition a device can be split into (a MIG profile, a vNPU template, ...)."""
+#: Most slices a partitionable device is cut into, and most placements one profile has. MIG
+#: has 8 memory slices and 7 compute slices (A100, H100, H200, B200: NVIDIA MIG User Guide,
+#: "Supported MIG Profiles"); 64 leaves room for finer hardware while a set of slices still
+#: fits one machine word, which is how the fit compares placements.
+MAX_SLICES = 64
+#: Most profiles one device publishes: an H100 has 9 (with the +me and -gfx variants), 64 is
+#: ample and bounds what a node's annotation can make the scheduler decode.
+MAX_PROFILES = 64
 
-    name: str = Field(min_length=1, description="vendor's profile name, e.g. '1g.10gb' or 'vir02'")
+
+class PartitionPlacement(Model):
+    """Where an instance of a profile may start, in memory slices (NVML's placement)."""
+
+    start: int = Field(ge=0, lt=MAX_SLICES)
+    size: int = Field(ge=1, le=MAX_SLICES)
+
+    @model_validator(mode="after")
+    def _inside(self) -> Self:
+        if self.start + self.size > MAX_SLICES:
+            raise ValueError(
+                f"placement {self.start}+{self.size} ends past slice {MAX_SLICES}: no device "
+                "has that many"
+            )
+        return self
+
+
+class PartitionProfile(Model):
+    """A hardware partition a device can be split into (a MIG profile, a vNPU template, ...).
+
+    A profile with ``placements`` is *dynamic*: instances are created when a container is
+    given one, at a placement the scheduler chose so that it overlaps no instance in use
+    (:mod:`xpushare.scheduling.partitions`). Without placements, ``max_count`` instances of
+    the profile exist already and are handed out as they are (static partitions).
+    """
+
+    name: str = Field(
+        min_length=1, max_length=64, description="vendor's profile name, e.g. '1g.10gb' or 'vir02'"
+    )
     memory_mib: NonNegative
     compute_percent: int = Field(ge=0, le=100, description="share of the device's compute")
     max_count: int = Field(default=1, ge=1, description="how many fit on one device at once")
+    compute_slices: int = Field(
+        default=0, ge=0, le=MAX_SLICES, description="compute slices an instance takes; 0 unknown"
+    )
+    memory_slices: int = Field(
+        default=0, ge=0, le=MAX_SLICES, description="memory slices an instance takes; 0 unknown"
+    )
+    placements: tuple[PartitionPlacement, ...] = Field(
+        default=(),
+        max_length=MAX_SLICES,
+        description="where an instance may be created; empty: the instances exist already",
+    )
 
 
 class Device(Model):
@@ -61,7 +106,7 @@ class Device(Model):
     pci_bus_id: str | None = None
     healthy: bool = True
     mode: str = Field(default="shared", description="sharing mode, e.g. 'shared', 'mig'")
-    partitions: tuple[PartitionProfile, ...] = ()
+    partitions: tuple[PartitionProfile, ...] = Field(default=(), max_length=MAX_PROFILES)
     links: tuple[TopologyLink, ...] = ()
     extra: dict[str, str] = Field(default_factory=dict, description="vendor-specific facts")
 

@@ -22,6 +22,7 @@ class FitReason(StrEnum):
     INSUFFICIENT_COMPUTE = "not enough free device compute"
     COMPUTE_EXHAUSTED = "device compute fully booked"
     PARTITION_UNAVAILABLE = "no free partition of the requested profile"
+    MODE_MISMATCH = "device not in a sharing mode the request accepts"
     NUMA_MISMATCH = "devices not on one NUMA node"
     TOO_FEW_DEVICES = "fewer devices on the node than requested"
     NOT_ENOUGH_FIT = "too few devices left that fit the request"

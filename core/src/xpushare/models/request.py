@@ -38,6 +38,14 @@ class ContainerRequest(Model):
     uuids_exclude: tuple[str, ...] = ()
     numa_bind: bool = Field(default=False, description="all devices on one NUMA node")
     partition: str | None = Field(default=None, description="a partition profile, e.g. MIG")
+    mode: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="sharing modes the devices may be in, HAMi's nvidia.com/vgpu-mode: a "
+        "device fits when its vendor's name for its mode is a substring of this value (e.g. "
+        "'mig', 'hami-core'); honoured by the fit of the vendor that reads it",
+    )
 
     @model_validator(mode="after")
     def _memory_one_way(self) -> Self:

@@ -787,9 +787,10 @@ class Placer:
             full: bool,
         ) -> tuple[list[Pick] | None, dict[FitReason, int], str] | None:
             applies = vendor_fit_applies(ledger, handle, node.name, table)
-            if not applies and demand.partition is None:
+            if not applies and demand.partition is None and demand.mode is None:
                 # The vendor said its fit leaves such a node to the default: skip building
-                # the views it would be given (tens of microseconds a node).
+                # the views it would be given (tens of microseconds a node). A demand that
+                # names a mode is the vendor's to judge: the core does not know modes.
                 return None
             usage = _usage_with(table, extra)
             try:
@@ -890,14 +891,25 @@ class _TableUsage(Mapping[str, DeviceUsage]):
             return found
         d = self._table.by_id[device_id]  # KeyError for a device not in the table
         u = d.to_usage()
-        e = self._extra.get(device_id) if self._extra else None
+        e_all = self._extra or {}
+        e = e_all.get(device_id)
         if e is not None:
+            # Partitions the pod's earlier containers took here (keys "<device>\0<profile>"):
+            # a vendor placing partitions must not give their slices out twice.
+            prefix = f"{device_id}\0"
+            taken = tuple(
+                k[len(prefix) :]
+                for k, v in e_all.items()
+                if k.startswith(prefix)
+                for _ in range(v[0])
+            )
             u = u.model_copy(
                 update={
                     "used_slots": u.used_slots + e[0],
                     "used_memory_mib": u.used_memory_mib + e[1],
                     "used_compute_percent": u.used_compute_percent + e[2],
                     "exclusive": u.exclusive or e[3] > 0,
+                    "partitions_in_use": u.partitions_in_use + taken,
                 }
             )
         self._built[device_id] = u

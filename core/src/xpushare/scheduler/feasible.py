@@ -65,7 +65,7 @@ def _shareable(request: PodRequest) -> bool:
     (host resources are checked per node before, see :meth:`FeasibilityChecker.check`)."""
     seen: set[str] = set()
     for d in request.demands:
-        if d.include_uuids or d.exclude_uuids or d.partition is not None:
+        if d.include_uuids or d.exclude_uuids or d.partition is not None or d.mode is not None:
             return False
         if not d.init:
             if d.vendor in seen:

@@ -35,6 +35,7 @@ class Demand:
         "key",
         "memory_mib",
         "memory_percent",
+        "mode",
         "numa_bind",
         "partition",
         "request",
@@ -57,6 +58,7 @@ class Demand:
         self.exclude_uuids = frozenset(request.uuids_exclude)
         self.numa_bind = request.numa_bind
         self.partition = request.partition
+        self.mode = request.mode
         self.key: tuple[Any, ...] = (
             self.vendor,
             init,
@@ -71,6 +73,7 @@ class Demand:
             tuple(sorted(self.exclude_uuids)),
             self.numa_bind,
             self.partition,
+            self.mode,
         )
 
     def memory_for(self, physical_mib: int) -> int:

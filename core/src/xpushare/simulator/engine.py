@@ -19,14 +19,17 @@ from typing import TYPE_CHECKING, Any
 from xpushare.placement import PlacementConfig, Placer
 from xpushare.scheduling import UNITS, FragmentationMeter, PodRequest, Workload
 from xpushare.simulator.fleet import (
+    MIG_VENDOR,
     NODE_ORDERS,
     VENDOR,
+    MigModels,
     NodeOrder,
     capacity_gpus,
     pod_view,
     populate,
     seeded_order,
 )
+from xpushare.simulator.migprofiles import GEOMETRIES, profiles
 from xpushare.simulator.protocol import DEFAULT_INFLATION, DEFAULT_SEED, arrivals
 
 if TYPE_CHECKING:
@@ -115,6 +118,7 @@ class Simulation:
         target: float = 1.0,
         coverage: float = 0.95,
         node_order: NodeOrder = "seeded",
+        mig_models: Sequence[str] = (),
     ) -> None:
         if node_order not in NODE_ORDERS:
             raise ValueError(f"node_order must be one of {NODE_ORDERS}, got {node_order!r}")
@@ -134,8 +138,27 @@ class Simulation:
         self.capacity = capacity_gpus(self.nodes)
         if self.capacity == 0:
             raise ValueError("the fleet has no GPUs")
-        self.names = host.vendor(VENDOR).spec.resource_names
+        self.vendor, self.mig = self._mig_fleet(host, mig_models)
+        self.names = host.vendor(self.vendor).spec.resource_names
         self.workload = self._workload(coverage)
+
+    def _mig_fleet(self, host: PluginHost, models: Sequence[str]) -> tuple[str, MigModels | None]:
+        """The fleet's vendor and MIG profiles: the mock vendor's GPUs, or for a MIG fleet
+        the NVIDIA vendor's, with the GPUs of *models* in dynamic MIG mode."""
+        if not models:
+            return VENDOR, None
+        unknown = [m for m in models if m not in GEOMETRIES]
+        if unknown:
+            raise ValueError(
+                f"no MIG geometry for GPU model(s) {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(GEOMETRIES))}"
+            )
+        if MIG_VENDOR not in host.vendors:
+            raise ValueError(
+                f"a MIG fleet needs the {MIG_VENDOR} vendor, whose fit places MIG instances: "
+                "pip install 'xpushare[nvidia]'"
+            )
+        return MIG_VENDOR, {m: profiles(GEOMETRIES[m]) for m in models}
 
     def _parse(self, placer: Placer, task: TaskSpec) -> PodRequest:
         return placer.request(pod_view(task, self.names))
@@ -166,7 +189,7 @@ class Simulation:
         started = time.perf_counter()
         order = arrivals(self.tasks, self.capacity, seed=seed, inflation=self.inflation)
         ledger = self.config.new_ledger(memo_limit=SIMULATION_MEMO_ENTRIES)
-        populate(ledger, self.fleet(seed))
+        populate(ledger, self.fleet(seed), self.vendor, self.mig)
         placer = Placer(ledger, policy, host=self.host, config=self.config)
         placer.policy.set_workload(self.workload)
         result = RunResult(policy=policy, seed=seed, capacity_gpus=self.capacity)

@@ -12,6 +12,12 @@ task becomes a pod spec with the mock vendor's resource names, as a user would w
 
 The fleet is registered in a seeded random order (:func:`seeded_order`), the order in which
 the placement engine breaks ties.
+
+A MIG fleet (``xpushare simulate --mig A100``) has the GPUs of the models named in dynamic
+MIG mode, cut by their real geometry (:mod:`xpushare.simulator.migprofiles`), and is
+driven through the NVIDIA vendor, whose fit places MIG instances (and, on the other GPUs,
+leaves the decision to the core's, as for the mock vendor): the same workload then shows
+what HAMi-core sharing and MIG each make of the fleet.
 """
 
 from __future__ import annotations
@@ -20,26 +26,43 @@ import hashlib
 from collections.abc import Sequence
 from typing import Literal
 
-from xpushare.models import ContainerView, Device, PodRef, PodView, ResourceNames
+from xpushare.models import (
+    ContainerView,
+    Device,
+    PartitionProfile,
+    PodRef,
+    PodView,
+    ResourceNames,
+)
 from xpushare.plugins.builtin.defaults import USE_MODEL
 from xpushare.scheduling import UsageLedger
 from xpushare.simulator.trace import NodeSpec, TaskSpec
 
 #: The vendor whose devices the simulated fleet has.
 VENDOR = "mock"
+#: The vendor of a MIG fleet: the one whose fit knows MIG geometry.
+MIG_VENDOR = "nvidia"
+
+#: MIG profiles per trace model, for the models a fleet has in MIG mode.
+MigModels = dict[str, tuple[PartitionProfile, ...]]
 
 
-def node_devices(node: NodeSpec) -> list[Device]:
+def node_devices(
+    node: NodeSpec, vendor: str = VENDOR, mig: MigModels | None = None
+) -> list[Device]:
     per_numa = max(1, -(-node.gpus // node.numa_nodes))
+    partitions = (mig or {}).get(node.model, ())
     return [
         Device(
-            vendor=VENDOR,
+            vendor=vendor,
             id=f"{node.name}-gpu{i}",
             index=i,
             model=node.model,
             memory_mib=node.device_memory_mib,
-            share_slots=node.share_slots,
+            share_slots=max(p.max_count for p in partitions) if partitions else node.share_slots,
             numa_node=i // per_numa if node.numa_nodes > 1 else None,
+            mode="mig" if partitions else "shared",
+            partitions=partitions,
         )
         for i in range(node.gpus)
     ]
@@ -67,11 +90,19 @@ def seeded_order(nodes: Sequence[NodeSpec], seed: int) -> list[NodeSpec]:
     return sorted(nodes, key=rank)
 
 
-def populate(ledger: UsageLedger, nodes: Sequence[NodeSpec]) -> None:
+def populate(
+    ledger: UsageLedger,
+    nodes: Sequence[NodeSpec],
+    vendor: str = VENDOR,
+    mig: MigModels | None = None,
+) -> None:
     """Register every node of the fleet, with its host resources, in *ledger*."""
     for node in nodes:
         ledger.set_node(
-            node.name, node_devices(node), cpu_milli=node.cpu_milli, memory_mib=node.memory_mib
+            node.name,
+            node_devices(node, vendor, mig),
+            cpu_milli=node.cpu_milli,
+            memory_mib=node.memory_mib,
         )
 
 

@@ -8,8 +8,12 @@ Why three paths:
   and the preload file that makes every process load it, and its own cache directory.
 * **Whole GPUs held exclusively** need no limits: HAMi-core would only cost a little speed,
   so the container gets the devices and nothing else.
-* **MIG slices** are isolated by the hardware: the container gets one free MIG instance of
-  the booked profile per slice, and no HAMi-core (HAMi does the same, §5.4).
+* **MIG slices** are isolated by the hardware, and no HAMi-core is given (HAMi does the
+  same, §5.4). On a GPU in dynamic ``mig`` mode the slice names a profile and a start
+  (``"3g.40gb@4"``): the instance is created there now (:mod:`xpushare_nvidia.dynamic`) and
+  destroyed by :func:`release`. On a GPU carved in advance the container gets one free
+  existing instance of the booked profile.
+* **GPUs in exclusive mode** are given whole, like exclusive slices.
 
 Every variable and mount is listed in README.md.
 """
@@ -36,8 +40,10 @@ from xpushare.models import (
     PodRef,
     ReleaseRequest,
 )
-from xpushare_nvidia import detect, mig
+from xpushare.scheduling.partitions import parse_slot
+from xpushare_nvidia import detect, dynamic, mig, modes
 from xpushare_nvidia.calls import running_processes
+from xpushare_nvidia.journal import Journal, done, instance_of, intent
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import HamiCoreConfig, NvidiaConfig
@@ -135,11 +141,17 @@ def allocate(nvml: Nvml, config: NvidiaConfig, request: AllocateRequest) -> Cont
                 "report it with the pod's xpushare.io assignment annotation."
             )
     if partitioned:
-        instances = _mig_instances(nvml, request, slices, who)
+        if all(parse_slot(s.partition or "") is not None for s in slices):
+            instances = _create_instances(nvml, config, request, slices, who)
+        else:
+            instances = _mig_instances(nvml, request, slices, who)
         visible = _visible(config, instances, {})
-        return visible.model_copy(update={"record": {RECORD_MIG: ",".join(instances)}})
+        return visible.model_copy(update={"record": {RECORD_MIG: ",".join(instances)[:512]}})
     ids = [s.device_id for s in slices]
-    if all(s.exclusive for s in slices):
+    whole = [devices.get(s.device_id) for s in slices]
+    if all(s.exclusive for s in slices) or all(
+        d is not None and d.mode == modes.EXCLUSIVE for d in whole
+    ):
         return _visible(config, ids, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     return _hami_core(config, request, slices, ids, who)
 
@@ -229,6 +241,7 @@ def release(nvml: Nvml | None, config: NvidiaConfig, request: ReleaseRequest) ->
             continue  # Allocate refused this name: it created nothing under it
         shutil.rmtree(root / CONTAINERS_DIR / directory, ignore_errors=False, onerror=_gone_ok)
         (root / META_DIR / f"{directory}.json").unlink(missing_ok=True)
+    _release_instances(nvml, config, request)
     if nvml is not None:
         owners: dict[str, _Owner] = nvml.extra.get(_OWNERS_KEY, {})
         me = request.pod.uid or str(request.pod)
@@ -287,6 +300,8 @@ def _prepare_node(hc: HamiCoreConfig, request: AllocateRequest, directory: str, 
                     "pod": request.pod.name,
                     "uid": request.pod.uid,
                     "container": request.container,
+                    # Which GPUs it shares, so a GPU's mode is not switched under it.
+                    "devices": sorted({s.device_id for s in request.slices}),
                 },
                 sort_keys=True,
             ),
@@ -381,3 +396,220 @@ def _idle(instance: mig.MigInstance) -> bool:
     # runs a process would put two containers on it.
     procs = running_processes(instance.handle)
     return procs is not None and not procs
+
+
+# ---------------------------------------------------------------------------------------
+# Dynamic MIG: instances created at Allocate, destroyed at release
+# ---------------------------------------------------------------------------------------
+
+
+def _create_instances(
+    nvml: Nvml, config: NvidiaConfig, request: AllocateRequest, slices: list[DeviceSlice], who: str
+) -> list[str]:
+    """One new MIG instance per slice, at the profile and start the scheduler booked.
+
+    A retried Allocate of the same container gets the instances its first attempt made.
+    Each instance is in the journal as an intent before it is created, so no failure
+    between the two leaves an instance nobody will destroy.
+    """
+    journal = Journal(Path(config.journal_dir))
+    name = _container_dir_name(request, who)
+    _note_owner(config, request, name, who)
+    entries = journal.read(name)
+    geometry: dict[str, tuple[dynamic.GiProfile, ...]] = nvml.extra.get(detect.GEOMETRY_KEY, {})
+    out: list[str] = []
+    for piece in slices:
+        profile_name, start = parse_slot(piece.partition or "") or ("", -1)
+        profiles = geometry.get(piece.device_id, ())
+        handle = nvml.handles.get(piece.device_id)
+        profile = next((p for p in profiles if p.name == profile_name), None)
+        if handle is None or profile is None or start not in profile.starts:
+            raise AllocationRefused(
+                f"{who}: GPU {piece.device_id} on node {request.node} offers no MIG instance "
+                f"{piece.partition} (it is not in dynamic mig mode, or lacks that profile "
+                "or placement); the pod was placed on an outdated inventory. Delete the pod "
+                "to have it placed again."
+            )
+        here = (piece.device_id, profile.name, start)
+        mine = next(
+            (
+                i
+                for i in map(instance_of, entries)
+                if i is not None and (i.gpu, i.profile, i.start) == here
+            ),
+            None,
+        )
+        if mine is not None and _still(handle, mine, profile):
+            out.append(mine.uuid)  # kubelet retried this container's Allocate
+            continue
+        entries = [e for e in entries if (e["gpu"], e["profile"], e["start"]) != here]
+        _clear_way(journal, handle, piece.device_id, profile, start, profiles, who)
+        entries.append(intent(*here))
+        journal.write(name, entries)
+        try:
+            created = dynamic.create(handle, piece.device_id, profile, start)
+        except dynamic.MigError as exc:
+            journal.write(name, entries[:-1])
+            raise AllocationRefused(
+                f"{who}: {exc}. Check `nvidia-smi mig -lgi -i {piece.index}` on node "
+                f"{request.node}."
+            ) from exc
+        entries[-1] = done(created)
+        journal.write(name, entries)
+        out.append(created.uuid)
+    return out
+
+
+def _note_owner(config: NvidiaConfig, request: AllocateRequest, name: str, who: str) -> None:
+    """Who the container is, next to HAMi-core's owner files: the monitor labels the MIG
+    instance's usage with it, and a mode switch waits for it (:func:`hami_core_holders`)."""
+    meta = Path(config.hami_core.agent_path) / META_DIR
+    try:
+        meta.mkdir(parents=True, exist_ok=True)
+        _write_if_changed(
+            meta / f"{name}.json",
+            json.dumps(
+                {
+                    "namespace": request.pod.namespace,
+                    "pod": request.pod.name,
+                    "uid": request.pod.uid,
+                    "container": request.container,
+                    "devices": sorted({s.device_id for s in request.slices}),
+                },
+                sort_keys=True,
+            ),
+        )
+    except OSError as exc:
+        raise AllocationRefused(
+            f"{who}: cannot note the MIG instance's owner under {meta} on node {request.node}: "
+            f"{exc}. The node agent needs that directory mounted read-write."
+        ) from exc
+
+
+def _still(handle: object, instance: dynamic.Instance, profile: dynamic.GiProfile) -> bool:
+    found = dynamic.find(handle, instance.gi)
+    return (
+        found is not None
+        and found[:2] == (profile.id, instance.start)
+        and dynamic.mig_uuid(handle, instance.gi, instance.ci) == instance.uuid
+    )
+
+
+def _clear_way(
+    journal: Journal,
+    handle: object,
+    gpu: str,
+    profile: dynamic.GiProfile,
+    start: int,
+    profiles: tuple[dynamic.GiProfile, ...],
+    who: str,
+) -> None:
+    """Destroy idle instances in the slices the new one needs (left by pods whose release
+    has not run yet: the scheduler booked these slices for this container alone); refuse
+    if one of them runs a process."""
+    want = ((1 << profile.memory_slices) - 1) << start
+    for other, other_start, gi_id, _ in dynamic.instances_at(handle, profiles):
+        if not want & (((1 << other.memory_slices) - 1) << other_start):
+            continue
+        devices = [d for d in dynamic.mig_devices(handle) if d[0] == gi_id]
+        ci, uuid = (devices[0][1], devices[0][2]) if devices else (0, "")
+        stale = dynamic.Instance(gpu, other.name, other_start, gi_id, ci, uuid)
+        if not dynamic.destroy(handle, stale, {p.name: p for p in profiles}):
+            raise AllocationRefused(
+                f"{who}: MIG instance {other.name} at slice {other_start} (GPU instance "
+                f"{gi_id}) on GPU {gpu} still runs a process and overlaps the instance "
+                f"{profile.name}@{start} this container was given; retried when it ends"
+            )
+
+
+def _release_instances(nvml: Nvml | None, config: NvidiaConfig, request: ReleaseRequest) -> None:
+    """Destroy the MIG instances the journal lists for the pod's containers; raise (to be
+    called again later) while one of them runs a process or NVML is not loaded."""
+    journal = Journal(Path(config.journal_dir))
+    busy: list[str] = []
+    for container in sorted({c.container for c in request.containers}):
+        try:
+            name = _dir_name(request.pod, container, container)
+        except AllocationRefused:
+            continue
+        entries = journal.read(name)
+        if not entries:
+            continue
+        if nvml is None:
+            raise AllocationRefused(
+                f"vendor nvidia: MIG instances of pod {request.pod} cannot be destroyed: NVML "
+                "is not loaded"
+            )
+        left = []
+        for entry in entries:
+            handle = nvml.handles.get(entry["gpu"])
+            profiles = nvml.extra.get(detect.GEOMETRY_KEY, {}).get(entry["gpu"], ())
+            if handle is None:
+                left.append(entry)  # the GPU is gone from NVML for now: try again later
+                busy.append(f"{entry['profile']}@{entry['start']} on GPU {entry['gpu']} (not seen)")
+                continue
+            instance = instance_of(entry) or _intended(journal, name, handle, entry, profiles)
+            if instance is None:
+                continue
+            if not dynamic.destroy(handle, instance, {p.name: p for p in profiles}):
+                left.append(entry)
+                busy.append(instance.uuid)
+        journal.write(name, left)
+    if busy:
+        raise AllocationRefused(
+            f"vendor nvidia: MIG devices {', '.join(busy)} of ended pod {request.pod} are still "
+            "running processes or on a GPU NVML does not show now; they are destroyed when "
+            "that ends (the release is retried)"
+        )
+
+
+def _intended(
+    journal: Journal,
+    name: str,
+    handle: object,
+    entry: dict[str, object],
+    profiles: tuple[dynamic.GiProfile, ...],
+) -> dynamic.Instance | None:
+    """The instance an unfinished Allocate may have created at the entry's place, unless
+    another container's journal claims it (a later pod was given the same place)."""
+    place = (entry["gpu"], entry["profile"], entry["start"])
+    for other in journal.names():
+        if other != name and any(
+            (e["gpu"], e["profile"], e["start"]) == place for e in journal.read(other)
+        ):
+            return None
+    for profile, start, gi_id, _ in dynamic.instances_at(handle, profiles):
+        if (profile.name, start) == place[1:]:
+            devices = [d for d in dynamic.mig_devices(handle) if d[0] == gi_id]
+            ci, uuid = (devices[0][1], devices[0][2]) if devices else (0, "")
+            return dynamic.Instance(str(place[0]), profile.name, start, gi_id, ci, uuid)
+    return None
+
+
+def mig_holders(config: NvidiaConfig, gpu: str) -> list[str]:
+    """Containers whose MIG instances on *gpu* the journal still lists."""
+    return Journal(Path(config.journal_dir)).on_gpu(gpu)
+
+
+#: Owner files read at most when asking who shares a GPU (a node runs at most a few hundred
+#: containers; the bound keeps a full directory from stalling detection).
+MAX_OWNER_FILES: Final = 4096
+
+
+def hami_core_holders(config: NvidiaConfig, gpu: str) -> list[str]:
+    """Containers given a HAMi-core share of *gpu* that are not released yet."""
+    meta = Path(config.hami_core.agent_path) / META_DIR
+    out: list[str] = []
+    try:
+        files = sorted(meta.glob("*.json"))[:MAX_OWNER_FILES]
+    except OSError:
+        return out
+    for path in files:
+        try:
+            data = json.loads(path.read_bytes()[:4096])
+        except (OSError, ValueError):
+            continue
+        devices = data.get("devices") if isinstance(data, dict) else None
+        if isinstance(devices, list) and gpu in devices:
+            out.append(path.stem)
+    return out

@@ -29,6 +29,11 @@ DEFAULT_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
 DEFAULT_SHARE_SLOTS = 10
 
 
+#: How one GPU is shared (README.md, "Modes"): ``hami-core`` in-container limits,
+#: ``mig`` MIG instances created for each container, ``exclusive`` whole GPUs.
+GpuMode = Literal["hami-core", "mig", "exclusive"]
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -93,6 +98,19 @@ class NvidiaConfig(_Section):
     #: Where sysfs is mounted, for the NUMA node of GPUs NVML cannot place.
     sysfs_root: str = "/sys"
 
+    # -- modes ----------------------------------------------------------------------------
+    #: How the node's GPUs are shared; ``None``: as each GPU is found (a GPU already in MIG
+    #: mode serves the instances that exist on it, the others ``hami-core``). A GPU whose
+    #: mode differs is switched when nothing runs on it, never while a pod uses it.
+    mode: GpuMode | None = None
+    #: Modes of single GPUs, by UUID or NVML index ("0"), over ``mode``.
+    gpu_modes: dict[str, GpuMode] = Field(default_factory=dict)
+    #: MIG profiles offered on GPUs in ``mig`` mode (``1g.10gb``, ...); empty: all NVML has.
+    mig_profiles: tuple[str, ...] = ()
+    #: Directory of the record of MIG instances the agent created, kept across restarts;
+    #: default: ``<hami_core agent dir>/xpushare-meta/mig``.
+    mig_journal_dir: str | None = None
+
     # -- allocation -----------------------------------------------------------------------
     #: ``envvar``: visible devices through ``NVIDIA_VISIBLE_DEVICES`` (the NVIDIA container
     #: runtime); ``cdi``: fully qualified CDI device names instead.
@@ -116,6 +134,14 @@ class NvidiaConfig(_Section):
     # -- monitoring -----------------------------------------------------------------------
     #: Read HAMi-core's per-container accounting files for per-container usage.
     container_usage: bool = True
+
+    def mode_of(self, uuid: str, index: int) -> GpuMode | None:
+        """The mode GPU *uuid* (NVML index *index*) is configured to serve in."""
+        return self.gpu_modes.get(uuid) or self.gpu_modes.get(str(index)) or self.mode
+
+    @property
+    def journal_dir(self) -> str:
+        return self.mig_journal_dir or f"{self.hami_core.agent_path}/xpushare-meta/mig"
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> NvidiaConfig:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pynvml
 
 from xpushare.models import Device, PartitionProfile, TopologyLink
-from xpushare_nvidia import health, mig, topology
+from xpushare_nvidia import dynamic, health, mig, modes, topology
 from xpushare_nvidia.calls import is_lost, normalize_bus_id, optional, text
 from xpushare_nvidia.library import VENDOR
 
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 #: Keys in ``Nvml.extra``.
 INVENTORY_KEY: Final = "inventory"  # dict[int, Device]: the last detection, by NVML index
 MIG_KEY: Final = "mig"  # dict[str, MigState]: MIG-mode GPUs by UUID
+GEOMETRY_KEY: Final = "mig_geometry"  # dict[str, tuple[GiProfile, ...]]: dynamic MIG GPUs
 
 #: Model name when NVML returns an empty one (the inventory requires a name).
 UNKNOWN_MODEL: Final = "NVIDIA GPU"
@@ -49,6 +50,8 @@ class _Gpu:
     numa: int | None
     minor: int | None
     mig: mig.MigState | None
+    target: str | None = None
+    geometry: tuple[dynamic.GiProfile, ...] = ()
 
 
 def detect(nvml: Nvml, config: NvidiaConfig) -> list[Device]:
@@ -76,6 +79,7 @@ def detect(nvml: Nvml, config: NvidiaConfig) -> list[Device]:
                 )
             continue
         if gpu is not None:
+            _apply_mode(gpu, config)
             gpus.append(gpu)
 
     ports = [topology.GpuPort(g.uuid, g.handle, g.bus_id) for g in gpus if g.bus_id]
@@ -90,6 +94,7 @@ def detect(nvml: Nvml, config: NvidiaConfig) -> list[Device]:
     devices.sort(key=lambda d: d.index)
     nvml.handles = {g.uuid: g.handle for g in gpus}
     nvml.extra[MIG_KEY] = {g.uuid: g.mig for g in gpus if g.mig is not None and g.mig.enabled}
+    nvml.extra[GEOMETRY_KEY] = {g.uuid: g.geometry for g in gpus if g.geometry}
     nvml.extra[INVENTORY_KEY] = {d.index: d for d in devices}
     return devices
 
@@ -138,6 +143,40 @@ def _read(index: int, config: NvidiaConfig) -> _Gpu | None:
     )
 
 
+#: GPUs configured for mig mode that do not do MIG, already reported.
+_warned: set[str] = set()
+
+
+def _apply_mode(gpu: _Gpu, config: NvidiaConfig) -> None:
+    """Switch the GPU to its configured mode if nothing runs on it; read its MIG geometry."""
+    from xpushare_nvidia import allocate  # allocate imports this module
+
+    gpu.target = config.mode_of(gpu.uuid, gpu.index)
+    if gpu.target is None:
+        return
+    if gpu.mig is None:
+        if gpu.target == modes.MIG and gpu.uuid not in _warned:
+            _warned.add(gpu.uuid)  # once: detection runs every detect_interval
+            log.warning(
+                "vendor nvidia: GPU %s (%s) is configured for mig mode but does not do MIG; it "
+                "serves in hami-core mode",
+                gpu.uuid,
+                gpu.name,
+            )
+        return
+    want = gpu.target == modes.MIG
+    if gpu.mig.enabled != want:
+        held = (
+            allocate.mig_holders(config, gpu.uuid)
+            if gpu.mig.enabled
+            else allocate.hami_core_holders(config, gpu.uuid)
+        )
+        if modes.switch_mig(gpu.handle, gpu.uuid, want, held):
+            gpu.mig = mig.read(gpu.handle, gpu.sm_count)
+    if gpu.mig is not None and gpu.mig.enabled:
+        gpu.geometry = dynamic.read_profiles(gpu.handle, config.mig_profiles)
+
+
 def _sysfs_numa(sysfs_root: str, bus_id: str | None) -> int | None:
     """The kernel's NUMA node of the PCI device (-1 there means "none": reported as absent)."""
     if not bus_id:
@@ -162,6 +201,8 @@ def _device(
     if gpu.minor is not None:
         extra["minor_number"] = str(gpu.minor)
     mode, slots = mig.SHARED_MODE, config.share_slots
+    if gpu.target == "exclusive":
+        mode, slots = modes.EXCLUSIVE, 1
     partitions: tuple[PartitionProfile, ...] = ()
     if gpu.mig is not None:
         extra["mig_mode"] = "enabled" if gpu.mig.enabled else "disabled"
@@ -169,9 +210,17 @@ def _device(
             extra["mig_mode_pending"] = "enabled" if gpu.mig.pending else "disabled"
         if gpu.mig.enabled:
             mode = mig.MIG_MODE
-            partitions = mig.profiles(gpu.mig, gpu.sm_count)
-            slots = max(1, len(gpu.mig.instances))
+            if gpu.geometry:
+                # Dynamic: the profiles with their placements; instances are made per pod.
+                partitions = tuple(p.partition(gpu.sm_count) for p in gpu.geometry)
+                slots = max(p.count for p in gpu.geometry)
+                extra["mig_dynamic"] = "true"
+            else:
+                partitions = mig.profiles(gpu.mig, gpu.sm_count)
+                slots = max(1, len(gpu.mig.instances))
             extra["mig_instances"] = ",".join(f"{i.profile}={i.uuid}" for i in gpu.mig.instances)
+    if gpu.target is not None and modes.HAMI_NAME.get(mode) != gpu.target:
+        extra["mode_pending"] = gpu.target
     return Device(
         vendor=VENDOR,
         id=gpu.uuid,

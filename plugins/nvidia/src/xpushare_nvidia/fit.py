@@ -14,6 +14,12 @@ default would be wrong or blind:
   hami-protocol.md §5.2), so a HAMi user's ``nvidia.com/gpumem`` request runs on MIG too.
   Exclusive requests never get an instance. None of this depends on what the default knows
   about partitions.
+* **Dynamic MIG.** A GPU whose profiles carry placements has its instances created per
+  container: each slice gets the smallest profile that holds the request (or the one it
+  names) at the start that overlaps no booked instance and blocks the fewest others
+  (:mod:`xpushare.scheduling.partitions`), booked as ``"<profile>@<start>"``.
+* **Modes.** A request with HAMi's ``nvidia.com/vgpu-mode`` is given only GPUs whose mode
+  it names; a GPU in ``exclusive`` mode is given whole to one container.
 * **Several GPUs for one container on a node with NVLinks.** Among the GPUs that fit, the
   set with the best links between its members wins (HAMi's topology-aware choice, research/
   hami-protocol.md §5.3), ties going to the policy's order. A score alone could not do this:
@@ -40,7 +46,8 @@ from xpushare.models import (
     FitResult,
     NodeView,
 )
-from xpushare_nvidia import topology
+from xpushare.scheduling.partitions import Geometry, geometry_of, slot_name
+from xpushare_nvidia import modes, topology
 from xpushare_nvidia.mig import MIG_MODE
 
 #: Above this many candidate sets, the best-connected set is searched greedily instead of
@@ -60,26 +67,41 @@ def fit(
 ) -> FitResult | None:
     """This vendor's answer, or ``None`` to let the core's default decide."""
     devices = node.devices
-    has_mig = any(d.mode == MIG_MODE for d in devices)
+    special = any(d.mode != modes.SHARED for d in devices)
     if (
         request.partition is None
-        and not has_mig
+        and request.mode is None
+        and not special
         and (request.count < 2 or not topology.has_nvlink(devices))
     ):
         return None
     if not devices:
         return FitResult(fits=False, reasons={FitReason.NO_DEVICES: 1})
     ordered = _ordered(devices, device_order)
-    if request.partition is not None:
-        return _fit_partition(request, ordered, usage)
-    return _fit_shared(request, ordered, usage, memory_overcommit)
+    refused = 0
+    if request.mode is not None:
+        kept = [d for d in ordered if modes.allows(request.mode, d.mode)]
+        refused, ordered = len(ordered) - len(kept), kept
+    result = (
+        _fit_partition(request, ordered, usage)
+        if request.partition is not None
+        else _fit_shared(request, ordered, usage, memory_overcommit)
+    )
+    if not refused:
+        return result
+    reasons = {**result.reasons, FitReason.MODE_MISMATCH: refused}
+    update: dict[str, object] = {"reasons": reasons}
+    if result.message:
+        update["message"] = f"{result.message}; {refused} GPU(s) not in mode {request.mode}"
+    return result.model_copy(update=update)
 
 
 def applies(devices: Sequence[Device]) -> bool:
     """Whether :func:`fit` may answer anything but ``None`` for a request without a partition
-    on a node with *devices*: only where a GPU is in MIG mode or GPUs are linked by NVLink
-    (the two conditions of :func:`fit` that do not depend on the request)."""
-    return any(d.mode == MIG_MODE for d in devices) or topology.has_nvlink(devices)
+    or a mode on a node with *devices*: only where a GPU is not in the plain shared mode
+    (MIG, exclusive) or GPUs are linked by NVLink (the conditions of :func:`fit` that do
+    not depend on the request)."""
+    return any(d.mode != modes.SHARED for d in devices) or topology.has_nvlink(devices)
 
 
 def _ordered(devices: Sequence[Device], order: Sequence[str]) -> list[Device]:
@@ -148,6 +170,8 @@ def _fit_shared(
             split.append(device)
             continue
         checked = check_shared(request, device, usage.get(device.id, _EMPTY), memory_overcommit)
+        if device.mode == modes.EXCLUSIVE and not isinstance(checked, FitReason):
+            checked = (device.memory_mib, 100)  # the whole GPU, whatever was asked
         if isinstance(checked, FitReason):
             reasons[checked] += 1
             continue
@@ -166,7 +190,7 @@ def _fit_shared(
                     index=d.index,
                     memory_mib=pieces[d.id][0],
                     compute_percent=pieces[d.id][1],
-                    exclusive=request.exclusive,
+                    exclusive=request.exclusive or d.mode == modes.EXCLUSIVE,
                 )
                 for d in chosen
             )
@@ -199,18 +223,40 @@ def _mig_instances_for(
 
     HAMi's MIG mode (research/hami-protocol.md §5.2): the memory asked for (a percent is of
     the whole GPU) picks the smallest profile with at least that much memory, and at least
-    the compute asked for; an exclusive request is never served by an instance.
+    the compute asked for; an exclusive request is never served by an instance. On a GPU
+    in dynamic MIG mode, a request for the whole GPU (exclusive, or all its memory) gets the
+    instance that spans it (7g on an A100) when the GPU holds nothing else: the only whole
+    GPU a MIG-mode GPU has, created for it like any other instance.
     """
     picks: list[DeviceSlice] = []
     for device in split:
         why = _constraints(request, device)
         used = usage.get(device.id, _EMPTY)
-        if why is None and (used.exclusive or request.exclusive):
+        geometry = geometry_of(device.partitions)
+        if why is None and (used.exclusive or (request.exclusive and geometry is None)):
             why = FitReason.EXCLUSIVE_CONFLICT
         if why is not None:
             reasons[why] += 1
             continue
         need = request.memory_for(device.memory_mib)
+        if geometry is not None:
+            before = len(picks)
+            whole = request.exclusive or need >= device.memory_mib
+            named = geometry.whole.name if whole and geometry.whole else request.partition
+            picks += _place(
+                geometry,
+                device,
+                used,
+                request.count - len(picks),
+                0 if whole else need,
+                request,
+                named,
+            )
+            if len(picks) == before:
+                reasons[FitReason.PARTITION_UNAVAILABLE] += 1
+            if len(picks) == request.count:
+                return picks
+            continue
         taken = Counter(used.partitions_in_use)
         fitting = sorted(
             (
@@ -241,6 +287,37 @@ def _mig_instances_for(
         if len(picks) == request.count:
             return picks
     return None
+
+
+def _place(
+    geometry: Geometry,
+    device: Device,
+    used: DeviceUsage,
+    count: int,
+    need_mib: int,
+    request: ContainerRequest,
+    named: str | None = None,
+) -> list[DeviceSlice]:
+    """Up to *count* new instances on a dynamic MIG GPU, each where it blocks least."""
+    occ = geometry.occupancy(used.partitions_in_use)
+    out: list[DeviceSlice] = []
+    compute = 0 if named is not None else request.compute_percent
+    while len(out) < count:
+        chosen = geometry.choose(need_mib, compute, occ, named=named)
+        if chosen is None:
+            break
+        shape, start = chosen
+        occ = geometry.with_instance(occ, shape, start)
+        out.append(
+            DeviceSlice(
+                device_id=device.id,
+                index=device.index,
+                memory_mib=shape.memory_mib,
+                compute_percent=shape.compute_percent,
+                partition=slot_name(shape.name, start),
+            )
+        )
+    return out
 
 
 def _choose(
@@ -327,6 +404,23 @@ def _fit_partition(
         used = usage.get(device.id, _EMPTY)
         if why is None and used.exclusive:
             why = FitReason.HELD_EXCLUSIVELY
+        geometry = geometry_of(device.partitions) if why is None else None
+        if geometry is not None:
+            shape = geometry.by_name.get(profile or "")
+            if shape is None:
+                reasons[FitReason.PARTITION_UNAVAILABLE] += 1
+            elif request.memory_mib is not None and request.memory_mib > shape.memory_mib:
+                reasons[FitReason.INSUFFICIENT_MEMORY] += 1
+            elif request.compute_percent > shape.compute_percent:
+                reasons[FitReason.INSUFFICIENT_COMPUTE] += 1
+            else:
+                got = _place(
+                    geometry, device, used, request.count - len(picks), 0, request, profile
+                )
+                if not got:
+                    reasons[FitReason.PARTITION_UNAVAILABLE] += 1
+                picks += got
+            continue
         found = next((p for p in device.partitions if p.name == profile), None)
         if why is None and found is None:
             why = FitReason.PARTITION_UNAVAILABLE
@@ -379,7 +473,11 @@ def score(
     when that cannot be reproduced here (it is checked without memory over-commit), the
     given picks are rated.
     """
-    if not result.fits or request.partition is not None:
+    if not result.fits:
+        return None
+    if any(d.mode == MIG_MODE and geometry_of(d.partitions) for d in node.devices):
+        return _mig_score(request, node, usage)
+    if request.partition is not None:
         return None
     by_id = {d.id: d for d in node.devices}
     chosen = [by_id[i] for i in dict.fromkeys(s.device_id for s in result.devices) if i in by_id]
@@ -392,3 +490,34 @@ def score(
         if mine.fits and len(ids) == len(chosen):
             chosen = [by_id[i] for i in ids]
     return topology.set_quality(chosen)
+
+
+def _mig_score(
+    request: ContainerRequest, node: NodeView, usage: Mapping[str, DeviceUsage]
+) -> float | None:
+    """How little the placement this node gives *request* shrinks what its MIG GPUs can
+    still take, in [0, 1] (1: nothing lost).
+
+    The loss on a GPU is how many compute slices the largest profile that still fits loses
+    (:meth:`Geometry.room`), over the GPU's slices: a 1g instance on an empty A100 loses 3
+    (7g to 4g), on one that holds a 3g at 4 it loses 2 (4g to 2g), so the second node is
+    preferred and whole GPUs stay whole, the fragmentation measure of FGD applied to MIG.
+    """
+    mine = fit(request, node, usage, [], 1.0)
+    if mine is None or not mine.fits:
+        return None
+    by_id = {d.id: d for d in node.devices}
+    added: dict[str, list[str]] = {}
+    for piece in mine.devices:
+        added.setdefault(piece.device_id, []).append(piece.partition or "")
+    losses = []
+    for device_id, names in added.items():
+        device = by_id.get(device_id)
+        geometry = geometry_of(device.partitions) if device is not None else None
+        if geometry is None or geometry.compute_slices <= 0:
+            return None
+        booked = usage.get(device_id, _EMPTY).partitions_in_use
+        before = geometry.room(geometry.occupancy(booked))[0]
+        after = geometry.room(geometry.occupancy((*booked, *names)))[0]
+        losses.append(max(0, before - after) / geometry.compute_slices)
+    return 1.0 - sum(losses) / len(losses)

@@ -6,7 +6,8 @@ same silicon to pods that MIG already isolates from each other, i.e. double-book
 inventory marks such a GPU ``mode="mig"`` and lists the profiles of the instances that exist
 (static MIG, carved by the operator, e.g. with ``nvidia-mig-parted``), the scheduler books
 those instances by profile, and Allocate hands a container one free instance. Creating and
-destroying instances on demand (HAMi's dynamic MIG) is not done here.
+destroying instances on demand (dynamic MIG, a GPU in ``mig`` mode) is in
+:mod:`xpushare_nvidia.dynamic`.
 """
 
 from __future__ import annotations

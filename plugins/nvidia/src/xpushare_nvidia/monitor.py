@@ -21,6 +21,7 @@ from xpushare.models import ContainerUsage, Device, DeviceSample, MonitorSnapsho
 from xpushare_nvidia import hamicore, health
 from xpushare_nvidia.allocate import CONTAINERS_DIR, META_DIR
 from xpushare_nvidia.calls import is_lost, optional, running_processes
+from xpushare_nvidia.journal import Journal, instance_of
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import NvidiaConfig
@@ -37,6 +38,7 @@ def monitor(nvml: Nvml, config: NvidiaConfig, devices: Sequence[Device]) -> Moni
     containers: tuple[ContainerUsage, ...] = ()
     if config.container_usage:
         containers = tuple(container_usage(Path(config.hami_core.agent_path), devices))
+        containers += tuple(mig_usage(config, devices))
     return MonitorSnapshot(devices=samples, containers=containers)
 
 
@@ -110,6 +112,51 @@ def container_usage(hami_dir: Path, devices: Sequence[Device]) -> list[Container
                 )
             )
     return usage
+
+
+def mig_usage(config: NvidiaConfig, devices: Sequence[Device]) -> list[ContainerUsage]:
+    """Per-container usage of the MIG instances made for containers (dynamic MIG).
+
+    NVML reads a MIG device's memory (its utilization it does not give: absent, not 0).
+    The series are the container series of the GPU the instance is on, labelled with the
+    pod, summed when one container holds several instances of one GPU.
+    """
+    known = {d.id for d in devices}
+    journal = Journal(Path(config.journal_dir))
+    hami_dir = Path(config.hami_core.agent_path)
+    totals: dict[tuple[str, str], list[int]] = {}
+    for name in journal.names():
+        for entry in journal.read(name):
+            instance = instance_of(entry)
+            if instance is None or instance.gpu not in known:
+                continue
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(instance.uuid)
+            except pynvml.NVMLError:
+                continue  # destroyed between the journal's read and now
+            memory = optional(
+                "nvmlDeviceGetMemoryInfo(MIG)", pynvml.nvmlDeviceGetMemoryInfo, handle
+            )
+            if memory is None:
+                continue
+            found = totals.setdefault((instance.gpu, name), [0, 0])
+            found[0] += int(memory.used) // _MIB
+            found[1] += int(memory.total) // _MIB
+    out = []
+    for (gpu, name), (used, total) in sorted(totals.items()):
+        uid, _, container = name.rpartition("_")
+        namespace, pod = _owner(hami_dir, uid, container)
+        out.append(
+            ContainerUsage(
+                device_id=gpu,
+                namespace=namespace,
+                pod=pod,
+                container=container,
+                memory_used_mib=used,
+                memory_limit_mib=total,
+            )
+        )
+    return out
 
 
 def _owner(hami_dir: Path, pod_uid: str, container: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ there; scheduler-side hooks (fit, score) are pure functions of the inventory.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from xpushare import API_VERSION, hookimpl
@@ -17,17 +17,19 @@ from xpushare.models import (
     AllocateRequest,
     ContainerAllocation,
     ContainerRequest,
+    ContainerView,
     Device,
     DeviceUsage,
     FitResult,
     HealthEvent,
     MonitorSnapshot,
     NodeView,
+    PodView,
     ReleaseRequest,
     VendorSpec,
 )
 from xpushare.native import NodeContext
-from xpushare_nvidia import allocate, detect, health, library, monitor
+from xpushare_nvidia import allocate, detect, health, library, modes, monitor
 from xpushare_nvidia import fit as fitting
 from xpushare_nvidia.config import NvidiaConfig, resource_names
 
@@ -94,6 +96,20 @@ def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAl
 def xpushare_release(ctx: NodeContext, request: ReleaseRequest) -> None:
     nvml = ctx.state.get(library.STATE_KEY)
     allocate.release(nvml if isinstance(nvml, library.Nvml) else None, _config(ctx), request)
+
+
+@hookimpl(wrapper=True)
+def xpushare_resource_request(
+    vendor: VendorSpec, pod: PodView, container: ContainerView
+) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
+    # The core parses counts and memory; the pod's mode and MIG profile are added here.
+    parsed = yield
+    if parsed is None or parsed.vendor != library.VENDOR:
+        return parsed
+    mode, profile = modes.request_mode(pod), modes.request_profile(pod)
+    if mode is None and profile is None:
+        return parsed
+    return parsed.model_copy(update={"mode": mode, "partition": profile or parsed.partition})
 
 
 @hookimpl

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import ctypes
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from xpushare.testing.partitions import MigProfileSpec
 
 SOURCE = Path(__file__).with_name("fake_nvml.c")
 SONAME = "libnvidia-ml.so.1"
@@ -91,6 +94,26 @@ class FakeNvml:
             ],
         )
         self._sig("fake_add_process", c.c_int, [c.c_int, c.c_int, c.c_uint, c.c_ulonglong])
+        self._sig(
+            "fake_add_gi_profile",
+            c.c_int,
+            [
+                c.c_int,
+                c.c_uint,
+                c.c_uint,
+                c.c_char_p,
+                c.c_uint,
+                c.c_uint,
+                c.c_uint,
+                c.c_ulonglong,
+                c.c_uint,
+                c.c_uint,
+            ],
+        )
+        self._sig("fake_gi_count", c.c_int, [c.c_int])
+        self._sig("fake_mig_slot", c.c_int, [c.c_int, c.c_char_p])
+        self._sig("fake_clear_processes", c.c_int, [c.c_int, c.c_int])
+        self._sig("fake_set_mig_memory", c.c_int, [c.c_int, c.c_int, c.c_ulonglong])
         self._sig(
             "fake_push_event", c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong, c.c_uint, c.c_uint]
         )
@@ -179,6 +202,47 @@ class FakeNvml:
         )
         assert result >= 0
         return mig
+
+    def mig_profiles(self, gpu: int, table: Sequence[MigProfileSpec]) -> None:
+        """Give *gpu* the GPU instance profiles of *table* (e.g. an A100's), for dynamic MIG."""
+        for spec in table:
+            starts = sum(1 << s for s in spec.starts)
+            assert (
+                self.lib.fake_add_gi_profile(
+                    gpu,
+                    spec.index,
+                    spec.id,
+                    spec.name.encode(),
+                    spec.compute_slices,
+                    spec.count,
+                    spec.sms,
+                    spec.memory_mib,
+                    spec.memory_slices,
+                    starts,
+                )
+                == 0
+            )
+
+    def gi_count(self, gpu: int) -> int:
+        """GPU instances that exist on *gpu*."""
+        return int(self.lib.fake_gi_count(gpu))
+
+    def mig_slot(self, gpu: int, mig_uuid: str) -> int:
+        """The fake's index of the live MIG device *mig_uuid* of *gpu* (for add_process)."""
+        slot = int(self.lib.fake_mig_slot(gpu, mig_uuid.encode()))
+        assert slot >= 0, f"no live MIG device {mig_uuid} on GPU {gpu}"
+        return slot
+
+    def alive(self, gpu: int, mig_uuid: str) -> bool:
+        """Whether MIG device *mig_uuid* exists on *gpu*."""
+        return int(self.lib.fake_mig_slot(gpu, mig_uuid.encode())) >= 0
+
+    def mig_memory(self, gpu: int, mig_uuid: str, used_mib: int) -> None:
+        """Memory in use on the live MIG device *mig_uuid*."""
+        assert self.lib.fake_set_mig_memory(gpu, self.mig_slot(gpu, mig_uuid), used_mib) == 0
+
+    def clear_processes(self, gpu: int, *, mig: int = -1) -> None:
+        assert self.lib.fake_clear_processes(gpu, mig) == 0
 
     def add_process(self, gpu: int, pid: int, used_mib: int, *, mig: int = -1) -> None:
         assert self.lib.fake_add_process(gpu, mig, pid, used_mib) == 0

@@ -31,6 +31,9 @@
 #define MAX_EVENTS 64
 #define MAX_FAILS 32
 #define MAX_SETS 8
+#define MAX_GI_PROFILES 20 /* NVML_GPU_INSTANCE_PROFILE_COUNT in nvml.h 13.x is 0x12 */
+#define MAX_GIS 8
+#define GI_MAGIC 0x67696e73
 
 /* nvmlReturn_t values (NVML API reference, "Error reporting"). */
 #define NVML_SUCCESS 0
@@ -41,6 +44,8 @@
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_TIMEOUT 10
 #define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_IN_USE 19
+#define NVML_ERROR_INSUFFICIENT_RESOURCES 23
 #define NVML_ERROR_UNKNOWN 999
 
 #define NVML_TOPOLOGY_NODE 40
@@ -82,9 +87,65 @@ typedef struct {
     unsigned int gpuInstanceId, computeInstanceId;
 } nvmlEventData_t;
 
+typedef struct {
+    unsigned int start, size;
+} nvmlPlacement_t;
+
+/* nvmlGpuInstanceProfileInfo_v2_t (and _t: the same without version and name). */
+typedef struct {
+    unsigned int version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
+        copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} nvmlGpuInstanceProfileInfo_v2_t;
+
+typedef struct {
+    unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
+        copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct {
+    void *device;
+    unsigned int id, profileId;
+    nvmlPlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct {
+    unsigned int version, id, sliceCount, instanceCount, multiprocessorCount,
+        sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount, sharedJpegCount,
+        sharedOfaCount;
+    char name[96];
+} nvmlComputeInstanceProfileInfo_v2_t;
+
+typedef struct {
+    void *device;
+    void *gpuInstance;
+    unsigned int id, profileId;
+    nvmlPlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+/* A GPU instance profile the test gave a GPU: NVML's facts about it. */
+typedef struct {
+    int used;
+    unsigned int id, slices, count, sms, mem_slices;
+    unsigned long long mem_mib;
+    unsigned int starts; /* bit i: the profile may start at memory slice i */
+    char name[64];
+} fake_gi_profile;
+
+typedef struct {
+    int magic;
+    int used;
+    int gpu;
+    unsigned int id, profile_index, start;
+    int mig; /* index in the GPU's migs of its compute instance's MIG device, or -1 */
+} fake_gi;
+
 typedef struct fake_handle {
     int magic;
     int is_mig;
+    int alive; /* MIG devices only: 0 once its compute instance was destroyed */
     int gpu;
     char uuid[96];
     char name[96];
@@ -105,6 +166,9 @@ typedef struct {
     int mig_supported, mig_mode, mig_pending;
     int nmigs;
     fake_handle migs[MAX_MIGS];
+    fake_gi_profile profiles[MAX_GI_PROFILES];
+    fake_gi gis[MAX_GIS];
+    int created; /* MIG devices created through NVML so far: names their UUIDs */
     int nlinks; /* -1: NVLink not supported */
     char link_remote[MAX_LINKS][32];
     unsigned int util_gpu, util_mem, temp, power_mw;
@@ -169,7 +233,7 @@ static int enter(const char *fn, void *handle, fake_handle **out) {
     if (!initialised)
         return NVML_ERROR_UNINITIALIZED;
     fake_handle *h = (fake_handle *)handle;
-    if (h == NULL || h->magic != HANDLE_MAGIC)
+    if (h == NULL || h->magic != HANDLE_MAGIC || (h->is_mig && !h->alive))
         return NVML_ERROR_INVALID_ARGUMENT;
     if (gpus[h->gpu].lost)
         return NVML_ERROR_GPU_IS_LOST;
@@ -306,6 +370,7 @@ int fake_add_mig(int gpu, const char *uuid, const char *name, unsigned long long
     memset(m, 0, sizeof(*m));
     m->magic = HANDLE_MAGIC;
     m->is_mig = 1;
+    m->alive = 1;
     m->gpu = gpu;
     copy_str(m->uuid, sizeof(m->uuid), uuid);
     copy_str(m->name, sizeof(m->name), name);
@@ -317,6 +382,71 @@ int fake_add_mig(int gpu, const char *uuid, const char *name, unsigned long long
     int idx = g->nmigs++;
     pthread_mutex_unlock(&lock);
     return idx;
+}
+
+/* A GPU instance profile at NVML profile index `index` (NVML_GPU_INSTANCE_PROFILE_*). */
+int fake_add_gi_profile(int gpu, unsigned int index, unsigned int id, const char *name,
+                        unsigned int slices, unsigned int count, unsigned int sms,
+                        unsigned long long mem_mib, unsigned int mem_slices,
+                        unsigned int starts) {
+    if (gpu < 0 || gpu >= ngpus || index >= MAX_GI_PROFILES)
+        return -1;
+    pthread_mutex_lock(&lock);
+    fake_gi_profile *p = &gpus[gpu].profiles[index];
+    memset(p, 0, sizeof(*p));
+    p->used = 1;
+    p->id = id;
+    p->slices = slices;
+    p->count = count;
+    p->sms = sms;
+    p->mem_mib = mem_mib;
+    p->mem_slices = mem_slices;
+    p->starts = starts;
+    copy_str(p->name, sizeof(p->name), name);
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+/* GPU instances that exist on `gpu` (created through NVML). */
+int fake_gi_count(int gpu) {
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; gpu >= 0 && gpu < ngpus && i < MAX_GIS; i++)
+        n += gpus[gpu].gis[i].used;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* The index in the GPU's MIG devices of the live one with `uuid`, or -1. */
+int fake_mig_slot(int gpu, const char *uuid) {
+    int found = -1;
+    pthread_mutex_lock(&lock);
+    for (int m = 0; gpu >= 0 && gpu < ngpus && m < gpus[gpu].nmigs; m++)
+        if (gpus[gpu].migs[m].alive && !strcmp(gpus[gpu].migs[m].uuid, uuid))
+            found = m;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+/* Memory in use on MIG device `mig` of `gpu`, in MiB. */
+int fake_set_mig_memory(int gpu, int mig, unsigned long long used_mib) {
+    if (gpu < 0 || gpu >= ngpus || mig < 0 || mig >= MAX_MIGS)
+        return -1;
+    pthread_mutex_lock(&lock);
+    gpus[gpu].migs[mig].mem_used = used_mib * MIB;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+/* Ends the processes of MIG device `mig` of `gpu` (as when its container stops). */
+int fake_clear_processes(int gpu, int mig) {
+    if (gpu < 0 || gpu >= ngpus)
+        return -1;
+    pthread_mutex_lock(&lock);
+    fake_handle *h = mig < 0 ? &gpus[gpu].h : &gpus[gpu].migs[mig];
+    h->nprocs = 0;
+    pthread_mutex_unlock(&lock);
+    return 0;
 }
 
 int fake_add_process(int gpu, int mig, unsigned int pid, unsigned long long used_mib) {
@@ -507,7 +637,7 @@ int nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
                 *device = &gpus[i].h;
         }
         for (int m = 0; m < gpus[i].nmigs; m++) {
-            if (!strcmp(gpus[i].migs[m].uuid, uuid)) {
+            if (gpus[i].migs[m].alive && !strcmp(gpus[i].migs[m].uuid, uuid)) {
                 rc = gpus[i].lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
                 if (!rc)
                     *device = &gpus[i].migs[m];
@@ -654,7 +784,7 @@ int nvmlDeviceGetMigDeviceHandleByIndex(void *device, unsigned int index, void *
         fake_gpu *g = &gpus[h->gpu];
         if (!g->mig_mode)
             rc = NVML_ERROR_INVALID_ARGUMENT;
-        else if (index >= (unsigned int)g->nmigs)
+        else if (index >= (unsigned int)g->nmigs || !g->migs[index].alive)
             rc = NVML_ERROR_NOT_FOUND;
         else
             *mig = &g->migs[index];
@@ -686,6 +816,412 @@ int nvmlDeviceGetComputeInstanceId(void *device, unsigned int *id) {
             rc = NVML_ERROR_INVALID_ARGUMENT;
         else
             *id = h->ci_id;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * NVML: MIG geometry and instances (the driver's rules: a GPU instance occupies the memory
+ * slices of its placement, creation overlapping another one or past the profile's instance
+ * count is refused, a MIG device exists while its compute instance does, a GPU instance
+ * with a compute instance cannot be destroyed, nor a compute instance that runs processes)
+ * ------------------------------------------------------------------------------------- */
+
+static fake_gi_profile *profile_by_id(fake_gpu *g, unsigned int id, unsigned int *index) {
+    for (unsigned int i = 0; i < MAX_GI_PROFILES; i++)
+        if (g->profiles[i].used && g->profiles[i].id == id) {
+            if (index)
+                *index = i;
+            return &g->profiles[i];
+        }
+    return NULL;
+}
+
+static unsigned int gi_mask(const fake_gi_profile *p, unsigned int start) {
+    return ((1u << p->mem_slices) - 1u) << start;
+}
+
+static int profile_info(void *device, unsigned int index, nvmlGpuInstanceProfileInfo_v2_t *out,
+                        const char *fn) {
+    fake_handle *h;
+    int rc = enter(fn, device, &h);
+    if (rc)
+        return rc;
+    fake_gpu *g = &gpus[h->gpu];
+    if (h->is_mig || !g->mig_supported)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (index >= MAX_GI_PROFILES)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!g->profiles[index].used)
+        return NVML_ERROR_NOT_SUPPORTED; /* a profile this GPU does not have */
+    fake_gi_profile *p = &g->profiles[index];
+    memset(out, 0, sizeof(*out));
+    out->id = p->id;
+    out->sliceCount = p->slices;
+    out->instanceCount = p->count;
+    out->multiprocessorCount = p->sms;
+    out->copyEngineCount = p->slices;
+    out->memorySizeMB = p->mem_mib;
+    snprintf(out->name, sizeof(out->name), "MIG %s", p->name);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetGpuInstanceProfileInfoV(void *device, unsigned int index,
+                                         nvmlGpuInstanceProfileInfo_v2_t *info) {
+    pthread_mutex_lock(&lock);
+    unsigned int version = info->version;
+    int rc = profile_info(device, index, info, "nvmlDeviceGetGpuInstanceProfileInfoV");
+    if (!rc)
+        info->version = version;
+    if (!rc && version != 0x02000098) /* nvmlGpuInstanceProfileInfo_v2 */
+        rc = 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlDeviceGetGpuInstanceProfileInfo(void *device, unsigned int index,
+                                        nvmlGpuInstanceProfileInfo_t *info) {
+    nvmlGpuInstanceProfileInfo_v2_t v2;
+    pthread_mutex_lock(&lock);
+    int rc = profile_info(device, index, &v2, "nvmlDeviceGetGpuInstanceProfileInfo");
+    if (!rc)
+        memcpy(info, &v2.id, sizeof(*info)); /* the v1 layout is v2's without version/name */
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlDeviceGetGpuInstancePossiblePlacements_v2(void *device, unsigned int id,
+                                                  nvmlPlacement_t *placements,
+                                                  unsigned int *count) {
+    fake_handle *h;
+    pthread_mutex_lock(&lock);
+    int rc = enter("nvmlDeviceGetGpuInstancePossiblePlacements_v2", device, &h);
+    fake_gi_profile *p = rc ? NULL : profile_by_id(&gpus[h->gpu], id, NULL);
+    if (!rc && p == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (!rc) {
+        unsigned int n = 0;
+        for (unsigned int s = 0; s < 32; s++)
+            n += (p->starts >> s) & 1u;
+        if (placements == NULL) {
+            *count = n;
+        } else if (*count < n) {
+            *count = n;
+            rc = NVML_ERROR_INSUFFICIENT_SIZE;
+        } else {
+            unsigned int k = 0;
+            for (unsigned int s = 0; s < 32; s++)
+                if ((p->starts >> s) & 1u) {
+                    placements[k].start = s;
+                    placements[k].size = p->mem_slices;
+                    k++;
+                }
+            *count = n;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlDeviceCreateGpuInstanceWithPlacement(void *device, unsigned int id,
+                                             const nvmlPlacement_t *placement, void **gi) {
+    fake_handle *h;
+    pthread_mutex_lock(&lock);
+    int rc = enter("nvmlDeviceCreateGpuInstanceWithPlacement", device, &h);
+    fake_gpu *g = rc ? NULL : &gpus[h->gpu];
+    unsigned int index = 0;
+    fake_gi_profile *p = rc ? NULL : profile_by_id(g, id, &index);
+    if (!rc && (h->is_mig || !g->mig_mode))
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    else if (!rc && (p == NULL || placement->start >= 32 || !((p->starts >> placement->start) & 1u)
+                     || placement->size != p->mem_slices))
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (!rc) {
+        unsigned int want = gi_mask(p, placement->start), taken = 0, same = 0;
+        int slot = -1;
+        for (int i = 0; i < MAX_GIS; i++) {
+            fake_gi *x = &g->gis[i];
+            if (!x->used) {
+                if (slot < 0)
+                    slot = i;
+                continue;
+            }
+            taken |= gi_mask(&g->profiles[x->profile_index], x->start);
+            same += x->profile_index == index;
+        }
+        if ((taken & want) || same >= p->count || slot < 0) {
+            rc = NVML_ERROR_INSUFFICIENT_RESOURCES;
+        } else {
+            /* The lowest free id from 1, as the driver hands them out (ids are reused). */
+            unsigned int next = 1;
+            for (int again = 1; again;) {
+                again = 0;
+                for (int i = 0; i < MAX_GIS; i++)
+                    if (g->gis[i].used && g->gis[i].id == next) {
+                        next++;
+                        again = 1;
+                    }
+            }
+            fake_gi *x = &g->gis[slot];
+            memset(x, 0, sizeof(*x));
+            x->magic = GI_MAGIC;
+            x->used = 1;
+            x->gpu = h->gpu;
+            x->id = next;
+            x->profile_index = index;
+            x->start = placement->start;
+            x->mig = -1;
+            *gi = x;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int enter_gi(const char *fn, void *handle, fake_gi **out) {
+    note_thread();
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    fake_gi *x = (fake_gi *)handle;
+    if (x == NULL || x->magic != GI_MAGIC || !x->used)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpus[x->gpu].lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    int rc = injected(fn, x->gpu);
+    if (rc)
+        return rc;
+    *out = x;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetGpuInstanceById(void *device, unsigned int id, void **gi) {
+    fake_handle *h;
+    pthread_mutex_lock(&lock);
+    int rc = enter("nvmlDeviceGetGpuInstanceById", device, &h);
+    if (!rc) {
+        rc = NVML_ERROR_NOT_FOUND;
+        for (int i = 0; i < MAX_GIS; i++)
+            if (gpus[h->gpu].gis[i].used && gpus[h->gpu].gis[i].id == id) {
+                *gi = &gpus[h->gpu].gis[i];
+                rc = NVML_SUCCESS;
+            }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlDeviceGetGpuInstances(void *device, unsigned int id, void **gis, unsigned int *count) {
+    fake_handle *h;
+    pthread_mutex_lock(&lock);
+    int rc = enter("nvmlDeviceGetGpuInstances", device, &h);
+    unsigned int index = 0;
+    if (!rc && profile_by_id(&gpus[h->gpu], id, &index) == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (!rc) {
+        unsigned int n = 0;
+        for (int i = 0; i < MAX_GIS; i++) {
+            fake_gi *x = &gpus[h->gpu].gis[i];
+            if (x->used && x->profile_index == index)
+                gis[n++] = x; /* callers pass room for the profile's instance count */
+        }
+        *count = n;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlGpuInstanceGetInfo(void *gi, nvmlGpuInstanceInfo_t *info) {
+    fake_gi *x;
+    pthread_mutex_lock(&lock);
+    int rc = enter_gi("nvmlGpuInstanceGetInfo", gi, &x);
+    if (!rc) {
+        fake_gi_profile *p = &gpus[x->gpu].profiles[x->profile_index];
+        info->device = &gpus[x->gpu].h;
+        info->id = x->id;
+        info->profileId = p->id;
+        info->placement.start = x->start;
+        info->placement.size = p->mem_slices;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Compute instance profiles: only the one that takes the whole GPU instance is offered,
+ * with profile id = NVML profile index (1-slice index 0, 2: 1, 3: 2, 4: 3, 7: 4). */
+static unsigned int ci_index_for(unsigned int slices) {
+    switch (slices) {
+    case 1: return 0;
+    case 2: return 1;
+    case 3: return 2;
+    case 4: return 3;
+    case 7: return 4;
+    case 8: return 5;
+    case 6: return 6;
+    default: return 99;
+    }
+}
+
+int nvmlGpuInstanceGetComputeInstanceProfileInfoV(void *gi, unsigned int index,
+                                                  unsigned int engine,
+                                                  nvmlComputeInstanceProfileInfo_v2_t *info) {
+    fake_gi *x;
+    pthread_mutex_lock(&lock);
+    int rc = enter_gi("nvmlGpuInstanceGetComputeInstanceProfileInfoV", gi, &x);
+    if (!rc) {
+        fake_gi_profile *p = &gpus[x->gpu].profiles[x->profile_index];
+        if (engine != 0 || index != ci_index_for(p->slices)) {
+            rc = NVML_ERROR_NOT_SUPPORTED;
+        } else {
+            unsigned int version = info->version;
+            memset(info, 0, sizeof(*info));
+            info->version = version;
+            info->id = index;
+            info->sliceCount = p->slices;
+            info->instanceCount = 1;
+            info->multiprocessorCount = p->sms;
+            snprintf(info->name, sizeof(info->name), "MIG %s", p->name);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlGpuInstanceCreateComputeInstance(void *gi, unsigned int id, void **ci) {
+    fake_gi *x;
+    pthread_mutex_lock(&lock);
+    int rc = enter_gi("nvmlGpuInstanceCreateComputeInstance", gi, &x);
+    fake_gpu *g = rc ? NULL : &gpus[x->gpu];
+    fake_gi_profile *p = rc ? NULL : &g->profiles[x->profile_index];
+    if (!rc && id != ci_index_for(p->slices))
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!rc && x->mig >= 0)
+        rc = NVML_ERROR_INSUFFICIENT_RESOURCES; /* the whole GPU instance is taken */
+    if (!rc) {
+        int slot = -1;
+        for (int m = 0; m < g->nmigs; m++)
+            if (!g->migs[m].alive) {
+                slot = m;
+                break;
+            }
+        if (slot < 0 && g->nmigs < MAX_MIGS)
+            slot = g->nmigs++;
+        if (slot < 0) {
+            rc = NVML_ERROR_INSUFFICIENT_RESOURCES;
+        } else {
+            fake_handle *m = &g->migs[slot];
+            memset(m, 0, sizeof(*m));
+            m->magic = HANDLE_MAGIC;
+            m->is_mig = 1;
+            m->alive = 1;
+            m->gpu = x->gpu;
+            g->created++;
+            snprintf(m->uuid, sizeof(m->uuid), "MIG-%04x%04x-dyna-mic0-0000-%012x", x->gpu,
+                     x->id, g->created);
+            snprintf(m->name, sizeof(m->name), "%.60s MIG %.30s", g->h.name, p->name);
+            m->mem_total = p->mem_mib * MIB;
+            m->sm_count = p->sms;
+            m->slices = p->slices;
+            m->gi_id = x->id;
+            m->ci_id = 0;
+            x->mig = slot;
+            *ci = m;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlGpuInstanceGetComputeInstanceById(void *gi, unsigned int id, void **ci) {
+    fake_gi *x;
+    pthread_mutex_lock(&lock);
+    int rc = enter_gi("nvmlGpuInstanceGetComputeInstanceById", gi, &x);
+    if (!rc) {
+        if (x->mig < 0 || id != gpus[x->gpu].migs[x->mig].ci_id)
+            rc = NVML_ERROR_NOT_FOUND;
+        else
+            *ci = &gpus[x->gpu].migs[x->mig];
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static fake_gi *gi_of(fake_handle *m) {
+    for (int i = 0; i < MAX_GIS; i++) {
+        fake_gi *x = &gpus[m->gpu].gis[i];
+        if (x->used && x->mig >= 0 && &gpus[m->gpu].migs[x->mig] == m)
+            return x;
+    }
+    return NULL;
+}
+
+int nvmlComputeInstanceGetInfo_v2(void *ci, nvmlComputeInstanceInfo_t *info) {
+    fake_handle *m;
+    pthread_mutex_lock(&lock);
+    int rc = enter("nvmlComputeInstanceGetInfo_v2", ci, &m);
+    fake_gi *x = rc ? NULL : gi_of(m);
+    if (!rc && x == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (!rc) {
+        info->device = &gpus[m->gpu].h;
+        info->gpuInstance = x;
+        info->id = m->ci_id;
+        info->profileId = ci_index_for(m->slices);
+        info->placement.start = 0;
+        info->placement.size = m->slices;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlComputeInstanceDestroy(void *ci) {
+    fake_handle *m;
+    pthread_mutex_lock(&lock);
+    int rc = enter("nvmlComputeInstanceDestroy", ci, &m);
+    fake_gi *x = rc ? NULL : gi_of(m);
+    if (!rc && x == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!rc && m->nprocs > 0)
+        rc = NVML_ERROR_IN_USE;
+    if (!rc) {
+        m->alive = 0;
+        x->mig = -1;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlGpuInstanceDestroy(void *gi) {
+    fake_gi *x;
+    pthread_mutex_lock(&lock);
+    int rc = enter_gi("nvmlGpuInstanceDestroy", gi, &x);
+    if (!rc && x->mig >= 0)
+        rc = NVML_ERROR_IN_USE;
+    if (!rc)
+        memset(x, 0, sizeof(*x));
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int nvmlDeviceSetMigMode(void *device, unsigned int mode, int *activation) {
+    fake_handle *h;
+    pthread_mutex_lock(&lock);
+    int rc = enter("nvmlDeviceSetMigMode", device, &h);
+    fake_gpu *g = rc ? NULL : &gpus[h->gpu];
+    if (!rc && (h->is_mig || !g->mig_supported))
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    if (!rc) {
+        int busy = g->h.nprocs > 0;
+        for (int i = 0; i < MAX_GIS; i++)
+            busy |= g->gis[i].used;
+        for (int m = 0; m < g->nmigs; m++)
+            busy |= g->migs[m].alive;
+        if (busy) {
+            rc = NVML_ERROR_IN_USE; /* the driver resets the GPU: nothing may run on it */
+        } else {
+            g->mig_mode = g->mig_pending = mode ? 1 : 0;
+            *activation = NVML_SUCCESS;
+        }
     }
     pthread_mutex_unlock(&lock);
     return rc;
@@ -808,7 +1344,7 @@ static int running_processes(const char *fn, void *device, unsigned int *count,
         if (!h->is_mig) {
             fake_gpu *g = &gpus[h->gpu];
             for (int m = 0; m < g->nmigs; m++)
-                for (int i = 0; i < g->migs[m].nprocs; i++)
+                for (int i = 0; g->migs[m].alive && i < g->migs[m].nprocs; i++)
                     all[n++] = g->migs[m].procs[i];
         }
         if (n == 0) {

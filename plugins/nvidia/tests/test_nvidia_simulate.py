@@ -1,0 +1,32 @@
+"""``xpushare simulate --mig``: the same workload on A100s shared by HAMi-core and cut by MIG."""
+
+from __future__ import annotations
+
+import pytest
+
+from xpushare.plugins import PluginHost
+from xpushare.simulator import NodeSpec, Simulation, TaskSpec
+
+A100 = NodeSpec(name="a100-0", cpu_milli=96000, memory_mib=786432, gpus=1, model="A100")
+
+
+def run(mig: tuple[str, ...]) -> tuple[int, int]:
+    # Ten tenth-of-a-GPU tasks on one A100 (arrivals stop at 100 % of the fleet's GPUs).
+    tasks = [TaskSpec(name=f"t{i}", cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=100)
+             for i in range(10)]  # fmt: skip
+    host = PluginHost.from_environment()
+    sim = Simulation([A100], tasks, host=host, inflation=1.0, mig_models=mig)
+    result = sim.run("binpack", seed=1)
+    return result.tasks_placed, result.tasks_arrived
+
+
+def test_hami_core_shares_what_mig_must_round_up() -> None:
+    # HAMi-core: ten shares of 10 % fit one GPU. MIG: each task takes a 1g instance (13 % of
+    # the SMs, 9.5 GiB): seven fit, the eighth finds no placement.
+    assert run(()) == (10, 10)
+    assert run(("A100",)) == (7, 10)
+
+
+def test_a_model_without_a_geometry_is_refused() -> None:
+    with pytest.raises(ValueError, match="no MIG geometry for GPU model"):
+        run(("T4",))
