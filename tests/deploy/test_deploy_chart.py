@@ -227,7 +227,7 @@ def test_filter_workers_get_their_own_extender_port_and_service_port():
 
 def test_filter_workers_are_refused_in_extender_mode():
     helm_python = helm()
-    with pytest.raises(helm_python.HelmError, match="filterWorkers needs scheduler.mode"):
+    with pytest.raises(helm_python.HelmError, match=r"filterWorkers needs scheduler\.mode"):
         render({"scheduler": {"mode": "extender", "filterWorkers": 1}})
 
 

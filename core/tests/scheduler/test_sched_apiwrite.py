@@ -130,7 +130,7 @@ async def test_chunked_answers_with_trailers() -> None:
         await _request(reader)
         writer.write(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-            b"4\r\n{\"a\"\r\n5;ext=1\r\n:12}\n\r\n0\r\nX-Trailer: 1\r\n\r\n"
+            b'4\r\n{"a"\r\n5;ext=1\r\n:12}\n\r\n0\r\nX-Trailer: 1\r\n\r\n'
         )
         await writer.drain()
 
@@ -170,7 +170,7 @@ async def test_a_silent_server_times_out() -> None:
         await asyncio.sleep(10)
 
     async with RawServer(silent) as server:
-        with pytest.raises(WireError, match="no answer within 0.2 s"):
+        with pytest.raises(WireError, match=r"no answer within 0\.2 s"):
             await ApiWriter(server.url, timeout_s=0.2).request("GET", server.url + "/", {}, None)
 
 

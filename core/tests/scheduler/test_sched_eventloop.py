@@ -37,5 +37,5 @@ def test_missing_uvloop_falls_back_or_is_refused(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(builtins, "__import__", no_uvloop)
     assert loop_factory("auto") is asyncio.new_event_loop
-    with pytest.raises(XpushareError, match="server.event_loop is 'uvloop'"):
+    with pytest.raises(XpushareError, match=r"server\.event_loop is 'uvloop'"):
         loop_factory("uvloop")
