@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from enflame.enflame_fakes import FakeEfsmi
 
 from xpushare.testing.conformance import VendorConformance
 
@@ -106,8 +107,19 @@ class TestEnflameConformance(_Fake, VendorConformance):
 
 
 class TestEnflameDrsConformance(TestEnflameConformance):
+    """DRS partitions are cut by efsmi at Allocate: the fake efsmi (a real process) does it."""
+
     vendor = "enflame-drs"
     mode = "drs"
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        efsmi = FakeEfsmi(tmp_path / "efsmi")
+        monkeypatch.setenv("FAKE_EFSMI_STATE", str(efsmi.state_path))
+        return {
+            **super().available(tmp_path, monkeypatch),
+            "efsmi_path": str(efsmi.path),
+            "drs_state_dir": str(tmp_path / "drs-state"),
+        }
 
 
 class TestHygonConformance(_Fake, VendorConformance):

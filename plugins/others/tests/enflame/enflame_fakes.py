@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Any
+
+FAKE_EFSMI = Path(__file__).parent / "fake_efsmi" / "efsmi.py"
 
 #: An S60's memory in MiB (48 GB), as EFML reports it.
 S60_MIB = 49152
@@ -46,3 +50,40 @@ def node_settings(lib: Path, root: Path, **config: Any) -> dict[str, Any]:
     }
     settings.update(config)
     return settings
+
+
+class FakeEfsmi:
+    """The fake efsmi: an executable (``path``) and the state file it keeps."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.state_path = directory / "efsmi-state.json"
+        self.path = directory / "efsmi"
+        self.path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_EFSMI}" "$@"\n')
+        self.path.chmod(0o755)
+        # HAMi's test vectors' S60 profiles (ids 0-2) on GCUs of 6 slices.
+        self.save(
+            {
+                "profiles": {"0": ["1g.6gb", 1], "1": ["3g.20gb", 3], "2": ["6g.40gb", 6]},
+                "capacity": 6,
+                "gcus": {},
+            }
+        )
+
+    def save(self, state: dict[str, Any]) -> None:
+        self.state_path.write_text(json.dumps(state))
+
+    def state(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.state_path.read_text())
+        return data
+
+    def instances(self, gcu: int) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.state()["gcus"].get(str(gcu), {}).get("instances", [])
+        return found
+
+    def drs_on(self, gcu: int) -> bool:
+        return bool(self.state()["gcus"].get(str(gcu), {}).get("drs", False))
+
+    def calls(self) -> list[list[str]]:
+        calls: list[list[str]] = self.state().get("calls", [])
+        return calls

@@ -7,9 +7,10 @@ class; what the two share is :mod:`xpushare_others.common.two_mode_plugin`.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping, Sequence
 
-from xpushare import hookimpl
+from xpushare import VendorUnavailable, hookimpl
 from xpushare.models import (
     ContainerRequest,
     ContainerView,
@@ -18,9 +19,11 @@ from xpushare.models import (
     JsonPatchOp,
     NodeView,
     PodAssignment,
+    ReleaseRequest,
 )
+from xpushare.native import NodeContext
 from xpushare_others.common.two_mode_plugin import TwoModePlugin, TwoModeVendor
-from xpushare_others.enflame import allocate, detect, health, library, monitor
+from xpushare_others.enflame import allocate, detect, health, instances, library, monitor
 from xpushare_others.enflame import fit as fitting
 from xpushare_others.enflame import request as rules
 from xpushare_others.enflame.config import DRS_VENDOR, VENDOR, EnflameConfig, mode_of
@@ -86,6 +89,25 @@ class EnflamePlugin(TwoModePlugin[EnflameConfig, library.Efml]):
 
     def __init__(self, vendor: str) -> None:
         super().__init__(ENFLAME, vendor)
+
+    @hookimpl
+    def xpushare_startup(self, ctx: NodeContext) -> None:
+        config = self._config(ctx)
+        cuts = config.mode == self.mode == "drs" and config.drs_cut
+        if cuts and shutil.which(config.efsmi_path) is None:
+            raise VendorUnavailable(
+                self.vendor,
+                f"Enflame's efsmi ({config.efsmi_path!r}), which cuts the DRS instances, is "
+                "not on the node agent's PATH; mount it into the agent and set efsmi_path, or "
+                "set drs_cut: false to book partitions without cutting them",
+            )
+        super().xpushare_startup(ctx)
+
+    @hookimpl
+    def xpushare_release(self, ctx: NodeContext, request: ReleaseRequest) -> None:
+        config = self._config(ctx)
+        if self.mode == "drs" and config.drs_cut:
+            instances.release(config, request)
 
     @hookimpl
     def xpushare_fit(
