@@ -20,6 +20,7 @@ that order.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -28,13 +29,24 @@ from typing import Any
 import pytest
 import yaml
 
+from xpushare.codec import (
+    HAMI_KEYS,
+    HamiSlice,
+    decode_hami_node_devices,
+    decode_hami_pod_devices,
+    encode_hami_pod_devices,
+)
+from xpushare.errors import CodecError
 from xpushare.models import (
+    ContainerAssignment,
     ContainerView,
     Device,
+    DeviceSlice,
     DeviceUsage,
     FitReason,
     NodeView,
     PartitionProfile,
+    PodAssignment,
     PodRef,
     PodView,
 )
@@ -274,3 +286,102 @@ def test_the_vectors_cover_every_vendor_hami_schedules_here() -> None:
         per_vendor[c["vendor"]] = per_vendor.get(c["vendor"], 0) + 1
     assert set(per_vendor) == set(PLUGINS)
     assert len(CASES) == len({c["case"] for c in CASES}), "case names must be unique"
+
+
+# --- node registrations and pod annotations (hami_vectors/annotations.yaml) ---------------
+
+ANNOTATIONS: dict[str, Any] = yaml.safe_load((VECTORS.parent / "annotations.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", ANNOTATIONS["registrations"], ids=_id)
+def test_hami_node_registration(case: dict[str, Any]) -> None:
+    """HAMi's register annotation reads as HAMi reads it (its error cases: no devices)."""
+    keys = HAMI_KEYS[case["vendor"]]
+    assert keys.register == case["key"]
+    hami = case["hami"]
+    try:
+        devices = decode_hami_node_devices(case["value"], case["vendor"], key=case["key"])
+    except CodecError as exc:
+        assert "error" in hami, f"HAMi reads it: {hami}; we refuse: {exc}"
+        return
+    if "error" in hami:
+        # HAMi reports "no device" as an error; ours is an empty inventory: either way the
+        # node offers nothing of this vendor.
+        assert devices == [], devices
+        return
+    got = [
+        {
+            "id": d.id,
+            "index": d.index,
+            "devmem": d.memory_mib,
+            "count": d.share_slots,
+            "health": d.healthy,
+        }
+        for d in devices
+    ]
+    assert got == hami["devices"]
+    assert all(d.vendor == case["vendor"] for d in devices)
+
+
+@pytest.mark.parametrize("case", ANNOTATIONS["pod_strings"], ids=_id)
+def test_hami_pod_device_string(case: dict[str, Any]) -> None:
+    """HAMi's pod device string reads back as the devices HAMi wrote, under HAMi's keys."""
+    keys = HAMI_KEYS[case["vendor"]]
+    assert {keys.to_allocate, keys.allocated} == set(case["hami"])
+    value = case["hami"][keys.allocated]
+    want = [
+        [
+            HamiSlice(uuid=d["uuid"], type=d["type"], memory_mib=d["mem"], cores=d["cores"])
+            for d in c
+        ]
+        for c in case["containers"]
+    ]
+    assert decode_hami_pod_devices(value, case["vendor"], key=keys.allocated) == want
+    assert encode_hami_pod_devices(want, case["vendor"]) == value
+
+
+@pytest.mark.parametrize("case", ANNOTATIONS["vendor_annotations"], ids=_id)
+def test_hami_vendor_annotations(case: dict[str, Any], handles: dict[str, VendorHandle]) -> None:
+    """The vendor's own pod annotations carry what HAMi's test asserts."""
+    vendor = case["vendor"]
+    assignment = PodAssignment(
+        node="node-a",
+        containers=tuple(
+            ContainerAssignment(
+                container=c["name"],
+                vendor=vendor,
+                init=c.get("init", False),
+                devices=tuple(
+                    DeviceSlice(
+                        device_id=f"node-a-{vendor}-{index}",
+                        index=index,
+                        memory_mib=memory,
+                        compute_percent=compute,
+                        partition=partition,
+                    )
+                    for index, memory, compute, partition in c["slices"]
+                ),
+            )
+            for c in case["containers"]
+        ),
+    )
+    names = tuple(
+        ContainerView(name=c["name"], init=c.get("init", False)) for c in case["containers"]
+    )
+    pod = PodView(ref=PodRef(name="hami-vector"), containers=names)
+    got = handles[vendor].patch_annotations(pod=pod, assignment=assignment)
+    for key, value in case["hami"].items():
+        assert got.get(key) == value, (key, got)
+    for key in case.get("absent", ()):
+        assert key not in got
+    without = set((case.get("ours") or {}).get("without", ()))
+    for key in case.get("hami_also", ()):
+        assert (key in got) is (key not in without)
+    if "assigned_containers" in case:
+        written = json.loads(got["assigned-containers"])
+        for name, fields in case["assigned_containers"].items():
+            for field, value in fields.items():
+                if field in without:
+                    assert field not in written[name]
+                else:
+                    assert written[name][field] == value, (name, field, written)

@@ -38,21 +38,32 @@ REQUEST_SIZE = "enflame.com/gcu-request-size"
 ASSIGNED_CONTAINERS = "assigned-containers"
 
 
-def drs_annotations(vendor: str, assignment: PodAssignment) -> dict[str, str] | None:
-    """HAMi's DRS keys: the first GCU given, and each container's profile and slices."""
+def drs_annotations(
+    vendor: str, assignment: PodAssignment, profile_ids: Mapping[str, str]
+) -> dict[str, str] | None:
+    """HAMi's DRS keys: the first GCU given, and each container's profile and slices.
+
+    *profile_ids* are the settings' ``drs_profiles`` (the scheduler reads the file the node
+    agent publishes its GCUs' profiles from), so each container's ``profileID`` is the id
+    Enflame's tools know its profile by.
+    """
     ours = [c for c in assignment.containers if c.vendor == vendor and c.devices]
     if not ours:
         return None
     first = ours[0].devices[0]
-    containers = {}
+    containers: dict[str, dict[str, object]] = {}
     for c in ours:
         piece = c.devices[0]
-        parsed = parse_profile_name(piece.partition or "")
-        containers[c.container] = {
+        name = piece.partition or ""
+        parsed = parse_profile_name(name)
+        entry: dict[str, object] = {
             "allocated": False,
             "request": parsed[0] if parsed else 1,
-            "profileName": piece.partition or "",
+            "profileName": name,
         }
+        if name in profile_ids:
+            entry["profileID"] = profile_ids[name]
+        containers[c.container] = entry
     size = containers[ours[0].container]["request"]
     return {
         ASSIGNED: "false",
@@ -131,7 +142,7 @@ class EnflamePlugin(TwoModePlugin[EnflameConfig, library.Efml]):
     def xpushare_patch_annotations(self, assignment: PodAssignment) -> dict[str, str] | None:
         if self.mode != "drs":
             return None
-        return drs_annotations(self.vendor, assignment)
+        return drs_annotations(self.vendor, assignment, self.loaded.drs_profiles)
 
 
 gcu = EnflamePlugin(VENDOR)
