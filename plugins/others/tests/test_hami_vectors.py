@@ -64,8 +64,8 @@ MIGRATION_DOC = Path(__file__).parents[3] / "docs" / "migrate-from-hami.md"
 CASES: list[dict[str, Any]] = yaml.safe_load(VECTORS.read_text())
 
 PLUGINS: Mapping[str, object] = {
-    "biren": biren,
-    "vastai": vastai,
+    "biren": biren.biren,
+    "vastai": vastai.vastai,
     "awsneuron": neuron,
     "enflame": enflame.gcu,
     "enflame-drs": enflame.drs,
