@@ -111,6 +111,8 @@ class TestEnflameDrsConformance(TestEnflameConformance):
 
     vendor = "enflame-drs"
     mode = "drs"
+    #: Each Allocate and release runs efsmi a few times (a Python process here): fewer pods.
+    churn_pods = 24
 
     def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
         efsmi = FakeEfsmi(tmp_path / "efsmi")
@@ -120,6 +122,10 @@ class TestEnflameDrsConformance(TestEnflameConformance):
             "efsmi_path": str(efsmi.path),
             "drs_state_dir": str(tmp_path / "drs-state"),
         }
+
+    def created(self, config: Mapping[str, Any]) -> list[str] | None:
+        efsmi = FakeEfsmi.at(Path(config["efsmi_path"]).parent)
+        return [f"GCU {g} instance {i['id']}" for g in (0, 1) for i in efsmi.instances(g)]
 
 
 class TestHygonConformance(_Fake, VendorConformance):

@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import others_hosts as hosts
+from others_hosts import node_settings as node_settings
+
 FAKE_EFSMI = Path(__file__).parent / "fake_efsmi" / "efsmi.py"
 
 #: An S60's memory in MiB (48 GB), as EFML reports it.
@@ -31,34 +34,18 @@ def gcu(index: int, **overrides: Any) -> dict[str, Any]:
 
 def host_tree(root: Path, count: int) -> Path:
     """/dev/gcuctl, /dev/gcu<i>, and each GCU's sysfs entry (NUMA: the second half on 1)."""
-    (root / "dev").mkdir(parents=True)
-    (root / "dev/gcuctl").touch()
-    for i in range(count):
-        (root / f"dev/gcu{i}").touch()
-        dev = root / f"sys/bus/pci/devices/0000:{0x50 + i:02x}:00.0"
-        dev.mkdir(parents=True)
-        (dev / "numa_node").write_text(f"{0 if i < count // 2 else 1}\n")
-    return root
-
-
-def node_settings(lib: Path, root: Path, **config: Any) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "library_path": str(lib),
-        "search_loader_path": False,
-        "host_root": str(root),
-        "sysfs_root": str(root / "sys"),
-    }
-    settings.update(config)
-    return settings
+    return hosts.host_tree(root, count, control="/dev/gcuctl", node="gcu", first_bus=0x50)
 
 
 class FakeEfsmi:
     """The fake efsmi: an executable (``path``) and the state file it keeps."""
 
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: Path, *, new: bool = True) -> None:
         self.state_path = directory / "efsmi-state.json"
         self.path = directory / "efsmi"
+        if not new:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
         self.path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_EFSMI}" "$@"\n')
         self.path.chmod(0o755)
         # HAMi's test vectors' S60 profiles (ids 0-2) on GCUs of 6 slices.
@@ -69,6 +56,11 @@ class FakeEfsmi:
                 "gcus": {},
             }
         )
+
+    @classmethod
+    def at(cls, directory: Path) -> FakeEfsmi:
+        """The fake made earlier in *directory*."""
+        return cls(directory, new=False)
 
     def save(self, state: dict[str, Any]) -> None:
         self.state_path.write_text(json.dumps(state))
