@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from xpushare_others.biren import allocate, detect, health, library, monitor
 from xpushare_others.biren.config import VENDOR, BirenConfig
-from xpushare_others.common.library_plugin import LibraryVendor, SlotVendorPlugin
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin, slot_request
 
 BIREN: LibraryVendor[BirenConfig, library.Brml] = LibraryVendor(
     name=VENDOR,
@@ -22,6 +22,7 @@ BIREN: LibraryVendor[BirenConfig, library.Brml] = LibraryVendor(
     sample=monitor.sample,
     check_health=health.check,
     allocate=allocate.allocate,
+    adjust_request=slot_request,
 )
 
-biren = SlotVendorPlugin(BIREN)
+biren: RulesVendorPlugin[BirenConfig, library.Brml] = RulesVendorPlugin(BIREN)

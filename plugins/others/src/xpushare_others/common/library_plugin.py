@@ -3,10 +3,11 @@
 Why a class: Biren, Hygon, Iluvatar, MetaX, Moore Threads, T-Head and Vastai each load one
 management library on the vendor thread and answer the node-side hooks with the same calls
 into their own modules (``library``, ``detect``, ``monitor``, ``health``, ``allocate``);
-only the modules and a few scheduler-side rules differ. A vendor names its modules in a
-:class:`LibraryVendor` and its entry point is an instance of a :class:`LibraryVendorPlugin`
-subclass that adds its own hooks (request rules, fit, admission, release). Two-mode vendors
-(Enflame, Kunlun) have :mod:`~xpushare_others.common.two_mode_plugin` instead.
+only the modules and a few scheduler-side rules differ. A vendor names its modules (and its
+request rules) in a :class:`LibraryVendor`; its entry point is a :class:`LibraryVendorPlugin`,
+or a :class:`RulesVendorPlugin` where it has request rules, or a subclass of either that
+adds its own hooks (fit, admission, release). Two-mode vendors (Enflame, Kunlun) have
+:mod:`~xpushare_others.common.two_mode_plugin` instead.
 """
 
 from __future__ import annotations
@@ -55,6 +56,21 @@ class LibraryVendor(Generic[C, L]):
     allocate: Callable[[C, AllocateRequest], ContainerAllocation]
     #: MiB in one unit of the memory resource (HAMi's units: 256 MiB for Iluvatar, ...).
     memory_unit_mib: Callable[[C], int] | None = None
+    #: The vendor's rules on top of the core's request parser (None: the core's as it is).
+    adjust_request: (
+        Callable[
+            [ContainerRequest | None, VendorSpec, PodView, ContainerView], ContainerRequest | None
+        ]
+        | None
+    ) = None
+
+
+def slot_request(
+    parsed: ContainerRequest | None, vendor: VendorSpec, pod: PodView, container: ContainerView
+) -> ContainerRequest | None:
+    """One share slot of each device and nothing else booked (HAMi's Biren and Vastai
+    backends): :func:`~xpushare_others.common.slots.slot_request`."""
+    return slots.slot_request(parsed, pod)
 
 
 class LibraryVendorPlugin(Generic[C, L]):
@@ -112,13 +128,15 @@ class LibraryVendorPlugin(Generic[C, L]):
         return self.kind.allocate(self.config(ctx), request)
 
 
-class SlotVendorPlugin(LibraryVendorPlugin[C, L]):
-    """A vendor whose containers take one share slot of each device and book nothing else
-    (HAMi's Biren and Vastai backends): :func:`~xpushare_others.common.slots.slot_request`."""
+class RulesVendorPlugin(LibraryVendorPlugin[C, L]):
+    """A vendor with its own request rules (``LibraryVendor.adjust_request``) on top of the
+    core's parser. Why a subclass: a vendor without rules keeps the core's parser alone,
+    which the plugin host calls directly (no hook wrapper in the way)."""
 
     @hookimpl(wrapper=True)
     def xpushare_resource_request(
         self, vendor: VendorSpec, pod: PodView, container: ContainerView
     ) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
         parsed = yield
-        return slots.slot_request(parsed, pod)
+        adjust = self.kind.adjust_request
+        return parsed if adjust is None else adjust(parsed, vendor, pod, container)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-
 from xpushare import hookimpl
-from xpushare.models import ContainerRequest, ContainerView, PodView, ReleaseRequest, VendorSpec
+from xpushare.models import ReleaseRequest
 from xpushare.native import NodeContext
-from xpushare_others.common.library_plugin import LibraryVendor, LibraryVendorPlugin
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
 from xpushare_others.hygon import allocate, detect, health, library, monitor, request
 from xpushare_others.hygon.config import VENDOR, HygonConfig
 
@@ -24,20 +22,14 @@ HYGON: LibraryVendor[HygonConfig, library.Rsmi] = LibraryVendor(
     check_health=health.check,
     allocate=allocate.allocate,
     memory_unit_mib=lambda config: config.memory_factor,
+    adjust_request=request.adjust,
 )
 
 
-class HygonPlugin(LibraryVendorPlugin[HygonConfig, library.Rsmi]):
+class HygonPlugin(RulesVendorPlugin[HygonConfig, library.Rsmi]):
     @hookimpl
     def xpushare_release(self, ctx: NodeContext, request: ReleaseRequest) -> None:
         allocate.release(self.config(ctx), request)
-
-    @hookimpl(wrapper=True)
-    def xpushare_resource_request(
-        self, vendor: VendorSpec, pod: PodView, container: ContainerView
-    ) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-        parsed = yield
-        return request.adjust(parsed, vendor, pod, container)
 
 
 hygon = HygonPlugin(HYGON)

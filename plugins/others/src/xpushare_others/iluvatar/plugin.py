@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-
 from xpushare import hookimpl
-from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView, VendorSpec
-from xpushare_others.common.library_plugin import LibraryVendor, LibraryVendorPlugin
+from xpushare.models import ContainerView, JsonPatchOp, PodView
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
 from xpushare_others.iluvatar import allocate, detect, health, library, monitor, request
 from xpushare_others.iluvatar.config import MEMORY_UNIT_MIB, VENDOR, IluvatarConfig
 
@@ -23,17 +21,11 @@ ILUVATAR: LibraryVendor[IluvatarConfig, library.Ixml] = LibraryVendor(
     check_health=health.check,
     allocate=allocate.allocate,
     memory_unit_mib=lambda _: MEMORY_UNIT_MIB,
+    adjust_request=lambda parsed, vendor, pod, container: request.adjust(parsed),
 )
 
 
-class IluvatarPlugin(LibraryVendorPlugin[IluvatarConfig, library.Ixml]):
-    @hookimpl(wrapper=True)
-    def xpushare_resource_request(
-        self, vendor: VendorSpec, pod: PodView, container: ContainerView
-    ) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-        parsed = yield
-        return request.adjust(parsed)
-
+class IluvatarPlugin(RulesVendorPlugin[IluvatarConfig, library.Ixml]):
     @hookimpl
     def xpushare_mutate_admission(
         self, pod: PodView, container: ContainerView, index: int

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-
 from xpushare import hookimpl
-from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView, VendorSpec
-from xpushare_others.common.library_plugin import LibraryVendor, LibraryVendorPlugin
+from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
 from xpushare_others.metax import allocate, detect, health, library, monitor
 from xpushare_others.metax import request as rules
 from xpushare_others.metax.config import SGPU_MEMORY_UNIT_MIB, VENDOR, MetaxConfig
@@ -24,17 +22,11 @@ METAX: LibraryVendor[MetaxConfig, library.Mxsml] = LibraryVendor(
     check_health=health.check,
     allocate=allocate.allocate,
     memory_unit_mib=lambda _: SGPU_MEMORY_UNIT_MIB,
+    adjust_request=rules.adjust,
 )
 
 
-class MetaxPlugin(LibraryVendorPlugin[MetaxConfig, library.Mxsml]):
-    @hookimpl(wrapper=True)
-    def xpushare_resource_request(
-        self, vendor: VendorSpec, pod: PodView, container: ContainerView
-    ) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-        parsed = yield
-        return rules.adjust(parsed, vendor, pod, container)
-
+class MetaxPlugin(RulesVendorPlugin[MetaxConfig, library.Mxsml]):
     @hookimpl
     def xpushare_mutate_admission(
         self, pod: PodView, container: ContainerView, request: ContainerRequest

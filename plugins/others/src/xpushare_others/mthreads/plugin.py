@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-
-from xpushare import hookimpl
-from xpushare.models import ContainerRequest, ContainerView, PodView, VendorSpec
-from xpushare_others.common.library_plugin import LibraryVendor, LibraryVendorPlugin
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
 from xpushare_others.mthreads import allocate, detect, health, library, monitor
 from xpushare_others.mthreads import request as rules
 from xpushare_others.mthreads.config import MEMORY_UNIT_MIB, VENDOR, MthreadsConfig
@@ -24,16 +20,8 @@ MTHREADS: LibraryVendor[MthreadsConfig, library.Mtml] = LibraryVendor(
     check_health=health.check,
     allocate=allocate.allocate,
     memory_unit_mib=lambda _: MEMORY_UNIT_MIB,
+    adjust_request=rules.adjust,
 )
 
 
-class MthreadsPlugin(LibraryVendorPlugin[MthreadsConfig, library.Mtml]):
-    @hookimpl(wrapper=True)
-    def xpushare_resource_request(
-        self, vendor: VendorSpec, pod: PodView, container: ContainerView
-    ) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-        parsed = yield
-        return rules.adjust(parsed, vendor, pod, container)
-
-
-mthreads = MthreadsPlugin(MTHREADS)
+mthreads: RulesVendorPlugin[MthreadsConfig, library.Mtml] = RulesVendorPlugin(MTHREADS)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from xpushare import hookimpl
 from xpushare.models import ContainerRequest, Device, DeviceUsage, FitResult, NodeView
-from xpushare_others.common.library_plugin import LibraryVendor, SlotVendorPlugin
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin, slot_request
 from xpushare_others.vastai import allocate, detect, health, library, monitor
 from xpushare_others.vastai import fit as vastai_fit
 from xpushare_others.vastai.config import VENDOR, VastaiConfig
@@ -27,10 +27,11 @@ VASTAI: LibraryVendor[VastaiConfig, library.Vaml] = LibraryVendor(
     sample=monitor.sample,
     check_health=health.check,
     allocate=allocate.allocate,
+    adjust_request=slot_request,
 )
 
 
-class VastaiPlugin(SlotVendorPlugin[VastaiConfig, library.Vaml]):
+class VastaiPlugin(RulesVendorPlugin[VastaiConfig, library.Vaml]):
     @hookimpl
     def xpushare_fit(
         self,
