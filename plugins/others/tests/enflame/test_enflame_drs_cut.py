@@ -203,3 +203,43 @@ def test_an_efsmi_that_hangs_is_stopped_at_its_time_limit(tmp_path: Path) -> Non
     hang.chmod(0o755)
     with pytest.raises(EfsmiError, match=r"`efsmi -i 0 -L` did not finish within 0.2 s"):
         Efsmi(str(hang), 0.2).instances(0)
+
+
+def test_a_container_allocated_again_with_another_profile_keeps_only_the_new_instance(
+    table: Any, enflame: Any, efsmi: FakeEfsmi
+) -> None:
+    handle, devices = _drs(enflame)
+    first = handle.allocate(_alloc(devices, 1, "1g.6gb"))
+    again = handle.allocate(_alloc(devices, 1, "3g.20gb"))
+    assert [i["profile"] for i in efsmi.instances(1)] == ["3g.20gb"]
+    assert again.record["instance"] != first.record["instance"]
+
+
+def test_release_destroys_every_instance_a_container_may_hold(
+    table: Any, enflame: Any, efsmi: FakeEfsmi
+) -> None:
+    handle, devices = _drs(enflame)
+    older = _alloc(devices, 2, "1g.6gb")
+    made = handle.allocate(older)
+    # kubelet allocated the container again on another GCU; that Allocate's record was lost.
+    newer = _alloc(devices, 3, "1g.6gb")
+    handle.allocate(newer)
+    assert efsmi.instances(2) == [] and len(efsmi.instances(3)) == 1
+    efsmi_state = efsmi.state()
+    efsmi_state["gcus"]["2"]["instances"].append(  # an instance the older record names again
+        {"profile": "1g.6gb", "id": made.record["instance"], "uuid": "old", "slices": 1}
+    )
+    efsmi.save(efsmi_state)
+    handle.release(_release((older, made.record), (newer, None)))
+    assert efsmi.instances(2) == [] and efsmi.instances(3) == []
+
+
+def test_an_efsmi_that_floods_its_output_is_read_to_the_end_and_cut_short(
+    tmp_path: Path,
+) -> None:
+    flood = tmp_path / "efsmi"
+    flood.write_text("#!/bin/sh\nyes '| 0 3g.20gb 1 abc |' | head -c 3000000\n")
+    flood.chmod(0o755)
+    text = Efsmi(str(flood), 30.0).run("-i", "0", "-L")
+    assert len(text) == 1 << 20  # kept: the first MiB; the rest was read and dropped
+    assert len(parse_instances(text)) == 256  # at most MAX_ROWS rows are taken

@@ -17,11 +17,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
-from typing import Final
+from typing import IO, Final
 
-#: Most bytes of one efsmi run that are read (a GCU lists a handful of instances).
+#: Most bytes of one efsmi run that are kept (a GCU lists a handful of instances); the rest
+#: is read and dropped, so a runaway efsmi neither blocks on a full pipe nor fills memory.
 MAX_OUTPUT: Final = 1 << 20
+_CHUNK: Final = 1 << 16
 #: Most rows taken from one listing: a GCU has at most its slice count of instances.
 MAX_ROWS: Final = 256
 #: Enflame's ProfileNameRegExp (gcushare-device-plugin ``pkg/consts``), bounded.
@@ -61,6 +64,13 @@ def parse_instances(text: str) -> list[Instance]:
     return out
 
 
+def _read_bounded(stream: IO[bytes], kept: bytearray) -> None:
+    while chunk := stream.read(_CHUNK):
+        room = MAX_OUTPUT - len(kept)
+        if room > 0:
+            kept += chunk[:room]
+
+
 class Efsmi:
     """``efsmi`` at *path* (a name is looked up in ``PATH`` at each run)."""
 
@@ -80,25 +90,32 @@ class Efsmi:
     def run(self, *args: str) -> str:
         argv = [self._binary(), *args]
         shown = " ".join(["efsmi", *args])
+        kept = bytearray()
         try:
-            with subprocess.Popen(
+            proc = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            ) as proc:
-                try:
-                    raw, _ = proc.communicate(timeout=self.timeout_s)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.communicate()
-                    raise EfsmiError(
-                        f"`{shown}` did not finish within {self.timeout_s:g} s; check the GCU "
-                        "and its driver with efsmi by hand"
-                    ) from None
+            )
         except OSError as exc:
             raise EfsmiError(f"`{shown}` could not be run: {exc}") from exc
-        text = raw[:MAX_OUTPUT].decode("utf-8", "replace")
-        if proc.returncode != 0:
+        assert proc.stdout is not None  # stdout=PIPE
+        reader = threading.Thread(target=_read_bounded, args=(proc.stdout, kept), daemon=True)
+        reader.start()
+        try:
+            code = proc.wait(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise EfsmiError(
+                f"`{shown}` did not finish within {self.timeout_s:g} s; check the GCU and its "
+                "driver with efsmi by hand"
+            ) from None
+        finally:
+            reader.join(timeout=self.timeout_s)
+            proc.stdout.close()
+        text = kept.decode("utf-8", "replace")
+        if code != 0:
             tail = text.strip().splitlines()[-1:] or ["(no output)"]
-            raise EfsmiError(f"`{shown}` failed with status {proc.returncode}: {tail[0][:200]}")
+            raise EfsmiError(f"`{shown}` failed with status {code}: {tail[0][:200]}")
         return text
 
     def drs_on(self, gcu: int) -> None:

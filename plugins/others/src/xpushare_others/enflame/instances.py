@@ -11,10 +11,11 @@ Why a state file per container (``<drs_state_dir>/<pod uid>_<container>.json``):
 cannot name an instance after its pod, and the release hook may be given no record (the agent
 stopped while Allocate ran). The file is written *before* the instance is created, with the
 GCU's instances at that moment, and completed after, so a release always finds what may have
-been cut: the recorded instance, or else the instances of that profile that appeared since
-and no other container's file claims. Allocate and release run one at a time on the vendor
-thread, so no other creation can happen between the two listings. A second Allocate of the
-same container (kubelet allocates again after a restart) reuses the instance its file names.
+been cut: the recorded instances, the one the file names, or else the instances of that
+profile that appeared since and no other container's file claims. Allocate and release run
+one at a time on the vendor thread, so no other creation can happen between the two
+listings. A second Allocate of the same container (kubelet allocates again after a restart)
+reuses the instance its file names, or destroys it first when the assignment changed.
 """
 
 from __future__ import annotations
@@ -112,12 +113,16 @@ def cut(
     tool = efsmi(config)
     path = Path(config.drs_state_dir) / state_name(pod_uid, container)
     try:
-        known = _read(path)
-        if known and known.get(GCU_KEY) == gcu and known.get(PROFILE_KEY) == profile:
-            iid = known.get(INSTANCE_KEY)
-            alive = {i.id: i for i in tool.instances(gcu)}
-            if isinstance(iid, str) and iid in alive:
-                return Cut(gcu, profile, iid, alive[iid].uuid)
+        known = _read(path) or {}
+        kept = known.get(INSTANCE_KEY)
+        if isinstance(kept, str) and isinstance(known.get(GCU_KEY), int):
+            was: int = known[GCU_KEY]
+            alive = {i.id: i for i in tool.instances(was)}
+            if kept in alive:
+                if was == gcu and known.get(PROFILE_KEY) == profile:
+                    return Cut(gcu, profile, kept, alive[kept].uuid)
+                # This container's instance of an earlier assignment: no longer its own.
+                tool.destroy(was, kept)
         tool.drs_on(gcu)
         before = tool.instances(gcu)
         _write(path, {GCU_KEY: gcu, PROFILE_KEY: profile, "before": sorted(i.id for i in before)})
@@ -139,47 +144,53 @@ def cut(
 
 
 def _targets(
-    tool: Efsmi, directory: Path, path: Path, record: dict[str, str] | None
-) -> tuple[int, list[str]] | None:
-    """(GCU, instance ids) a container may hold: its record, else its state file."""
-    if record and record.get(GCU_KEY, "").isdigit() and record.get(INSTANCE_KEY):
-        return int(record[GCU_KEY]), [record[INSTANCE_KEY]]
+    tool: Efsmi, directory: Path, path: Path, records: list[dict[str, str]]
+) -> tuple[set[int], set[tuple[int, str]]]:
+    """(GCU, instance id) of every instance a container may hold: those its Allocates
+    recorded, and the one its state file names (or, where Allocate stopped between creating
+    and noting it, the instances of its profile that appeared since its first listing and no
+    other container's file claims), and every GCU it touched."""
+    out = {
+        (int(r[GCU_KEY]), r[INSTANCE_KEY])
+        for r in records
+        if r.get(GCU_KEY, "").isdigit() and len(r[GCU_KEY]) <= 4 and r.get(INSTANCE_KEY)
+    }
     state = _read(path)
     if not state or not isinstance(state.get(GCU_KEY), int):
-        return None
+        return {g for g, _ in out}, out
     gcu: int = state[GCU_KEY]
     if isinstance(state.get(INSTANCE_KEY), str):
-        return gcu, [state[INSTANCE_KEY]]
-    # Allocate stopped between creating and noting the instance: the ones of its profile
-    # that appeared since its first listing and no other container holds.
-    before = set(state.get("before") or ())
-    taken = _claimed(directory, path)
-    alive: list[Instance] = tool.instances(gcu)
-    return gcu, [
-        i.id
-        for i in alive
-        if i.profile == state.get(PROFILE_KEY) and i.id not in before and (gcu, i.id) not in taken
-    ]
+        out.add((gcu, state[INSTANCE_KEY]))
+    else:
+        before = set(state.get("before") or ())
+        taken = _claimed(directory, path)
+        alive: list[Instance] = tool.instances(gcu)
+        out |= {
+            (gcu, i.id)
+            for i in alive
+            if i.profile == state.get(PROFILE_KEY)
+            and i.id not in before
+            and (gcu, i.id) not in taken
+        }
+    return {gcu} | {g for g, _ in out}, out
 
 
 def release(config: EnflameConfig, request: ReleaseRequest) -> None:
     """Destroy the DRS instances of an ended pod's containers (repeatable)."""
     tool = efsmi(config)
     directory = Path(config.drs_state_dir)
-    records: dict[str, dict[str, str] | None] = {}
-    for c in request.containers:  # oldest first: the last Allocate's record wins
-        records[c.container] = c.record or records.get(c.container)
+    records: dict[str, list[dict[str, str]]] = {}
+    for c in request.containers:  # a container allocated again appears more than once
+        records.setdefault(c.container, []).extend([c.record] if c.record else [])
     emptied: set[int] = set()
-    for container, record in sorted(records.items()):
+    for container, recorded in sorted(records.items()):
         path = directory / state_name(pod_key(request.pod), container)
         try:
-            target = _targets(tool, directory, path, record)
-            if target is not None:
-                gcu, ids = target
+            touched, targets = _targets(tool, directory, path, recorded)
+            for gcu in sorted(touched):
                 alive = {i.id for i in tool.instances(gcu)}
-                for iid in ids:
-                    if iid in alive:
-                        tool.destroy(gcu, iid)
+                for iid in sorted(i for g, i in targets if g == gcu and i in alive):
+                    tool.destroy(gcu, iid)
                 emptied.add(gcu)
             path.unlink(missing_ok=True)
         except (EfsmiError, OSError) as exc:
