@@ -115,12 +115,6 @@ class EnflamePlugin(TwoModePlugin[EnflameConfig, library.Efml]):
         super().xpushare_startup(ctx)
 
     @hookimpl
-    def xpushare_release(self, ctx: NodeContext, request: ReleaseRequest) -> None:
-        config = self._config(ctx)
-        if self.mode == "drs" and config.drs_cut:
-            instances.release(config, request)
-
-    @hookimpl
     def xpushare_fit(
         self,
         request: ContainerRequest,
@@ -145,5 +139,16 @@ class EnflamePlugin(TwoModePlugin[EnflameConfig, library.Efml]):
         return drs_annotations(self.vendor, assignment, self.loaded.drs_profiles)
 
 
+class EnflameDrsPlugin(EnflamePlugin):
+    """``enflame-drs``: what it cuts at Allocate is destroyed when the pod has ended (whole
+    GCUs create nothing, so ``enflame`` has no release hook)."""
+
+    @hookimpl
+    def xpushare_release(self, ctx: NodeContext, request: ReleaseRequest) -> None:
+        config = self._config(ctx)
+        if config.drs_cut:
+            instances.release(config, request)
+
+
 gcu = EnflamePlugin(VENDOR)
-drs = EnflamePlugin(DRS_VENDOR)
+drs = EnflameDrsPlugin(DRS_VENDOR)
