@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from enflame.enflame_fakes import FakeEfsmi
 
 from xpushare.testing.conformance import VendorConformance
 
@@ -106,8 +107,25 @@ class TestEnflameConformance(_Fake, VendorConformance):
 
 
 class TestEnflameDrsConformance(TestEnflameConformance):
+    """DRS partitions are cut by efsmi at Allocate: the fake efsmi (a real process) does it."""
+
     vendor = "enflame-drs"
     mode = "drs"
+    #: Each Allocate and release runs efsmi a few times (a Python process here): fewer pods.
+    churn_pods = 24
+
+    def available(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
+        efsmi = FakeEfsmi(tmp_path / "efsmi")
+        monkeypatch.setenv("FAKE_EFSMI_STATE", str(efsmi.state_path))
+        return {
+            **super().available(tmp_path, monkeypatch),
+            "efsmi_path": str(efsmi.path),
+            "drs_state_dir": str(tmp_path / "drs-state"),
+        }
+
+    def created(self, config: Mapping[str, Any]) -> list[str] | None:
+        efsmi = FakeEfsmi.at(Path(config["efsmi_path"]).parent)
+        return [f"GCU {g} instance {i['id']}" for g in (0, 1) for i in efsmi.instances(g)]
 
 
 class TestHygonConformance(_Fake, VendorConformance):

@@ -51,6 +51,6 @@ def biren(
             "sysfs_root": str(tmp_path / "sys"),
         }
         settings.update(config)
-        return handle_for("biren", plugin, settings)
+        return handle_for("biren", plugin.biren, settings)
 
     return make

@@ -34,7 +34,7 @@ DEVICE = {
 
 
 def _host(**config: Any) -> PluginHost:
-    return vendor_host("biren", plugin, config, node_name=NODE if config else None)
+    return vendor_host("biren", plugin.biren, config, node_name=NODE if config else None)
 
 
 async def test_a_biren_gpu_goes_from_the_webhook_to_the_kubelet_and_back(

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from enflame_fakes import gcu, host_tree, node_settings
+from enflame_fakes import FakeEfsmi, gcu, host_tree, node_settings
 
 from xpushare.plugins import VendorHandle
 from xpushare_others.enflame import plugin
@@ -28,15 +28,26 @@ def table(table_for: Callable[[str], Any]) -> Any:
 
 
 @pytest.fixture
+def efsmi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEfsmi:
+    """The fake efsmi, its state kept in this test's directory."""
+    fake = FakeEfsmi(tmp_path / "efsmi")
+    monkeypatch.setenv("FAKE_EFSMI_STATE", str(fake.state_path))
+    return fake
+
+
+@pytest.fixture
 def enflame(
-    efml_lib: Path, tmp_path: Path, handle_for: Callable[..., VendorHandle]
+    efml_lib: Path, tmp_path: Path, efsmi: FakeEfsmi, handle_for: Callable[..., VendorHandle]
 ) -> Callable[..., VendorHandle]:
-    """``enflame(vendor="enflame", **config)``: a handle on a 4-GCU host tree."""
+    """``enflame(vendor="enflame", **config)``: a handle on a 4-GCU host tree (DRS: with the
+    fake efsmi and a state directory of the test's own)."""
     root = host_tree(tmp_path / "host", 4)
 
     def make(vendor: str = "enflame", **config: Any) -> VendorHandle:
         if vendor == "enflame-drs":
             config.setdefault("mode", "drs")
+            config.setdefault("efsmi_path", str(efsmi.path))
+            config.setdefault("drs_state_dir", str(tmp_path / "drs-state"))
         obj = plugin.drs if vendor == "enflame-drs" else plugin.gcu
         return handle_for(vendor, obj, node_settings(efml_lib, root, **config))
 

@@ -274,7 +274,7 @@ def test_bind_writes_hamis_drs_annotations(hosts: Callable[..., Any]) -> None:
         "enflame.com/gcu-request-size": "3",
     }
     assert json.loads(written["assigned-containers"]) == {
-        "main": {"allocated": False, "request": 3, "profileName": "3g.20gb"}
+        "main": {"allocated": False, "request": 3, "profileName": "3g.20gb", "profileID": "1"}
     }
 
 

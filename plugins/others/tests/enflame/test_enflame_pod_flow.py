@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from enflame_fakes import gcu, host_tree, node_settings
+from enflame_fakes import FakeEfsmi, gcu, host_tree, node_settings
 from others_podflow import handoff_released, refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
@@ -70,11 +70,18 @@ async def test_whole_gcus_go_from_the_webhook_to_the_kubelet_and_back(
 
 
 async def test_a_drs_partition_goes_from_the_webhook_to_the_kubelet_and_back(
-    table_for: Callable[[str], Any], efml_lib: Path, tmp_path: Path
+    table_for: Callable[[str], Any], efml_lib: Path, tmp_path: Path, efsmi: FakeEfsmi
 ) -> None:
     table_for("FAKE_EFML_TABLE").write(gcu(0))
     root = host_tree(tmp_path / "host", 1)
-    node, scheduler = _hosts("enflame-drs", node_settings(efml_lib, root, mode="drs"))
+    settings = node_settings(
+        efml_lib,
+        root,
+        mode="drs",
+        efsmi_path=str(efsmi.path),
+        drs_state_dir=str(tmp_path / "drs-state"),
+    )
+    node, scheduler = _hosts("enflame-drs", settings)
     flow = PodFlow(
         node, scheduler, vendor="enflame-drs", scheduler_settings={"bind.repair_interval_s": 0.05}
     )
@@ -97,12 +104,21 @@ async def test_a_drs_partition_goes_from_the_webhook_to_the_kubelet_and_back(
         assert main.envs["ENFLAME_VISIBLE_DEVICES"] == "0"
         assert main.envs["XPUSHARE_ENFLAME_DRS_PROFILE"] == "3g.20gb"
         assert main.envs["XPUSHARE_ENFLAME_DRS_PROFILE_ID"] == "1"
+        [cut] = efsmi.instances(0)  # the partition is cut on the GCU, as Enflame's plugin does
+        assert cut["profile"] == "3g.20gb"
+        assert main.envs["TOPS_VISIBLE_DEVICES"] == f"DRS-{cut['uuid']}"
         assert main.device_specs == {p: (p, "rw") for p in ("/dev/gcuctl", "/dev/gcu0")}
         await handoff_released(flow)
 
         # The GCU's 6 slices are taken (HAMi's 3 and ours): one more slice fits once ours is
         # given back.
         second = await refused_then_fits_after_delete(flow, first, pod("small", limits={DRS: "1"}))
+        # The node agent's release hook destroys the deleted pod's instance.
+        await flow.api.wait_for(lambda: not efsmi.instances(0), 10.0)
         small = (await flow.allocate(second))["main"]
         assert small.envs["XPUSHARE_ENFLAME_DRS_PROFILE"] == "1g.6gb"
+        [cut] = efsmi.instances(0)
+        assert cut["profile"] == "1g.6gb" and small.envs["TOPS_VISIBLE_DEVICES"].endswith(
+            cut["uuid"]
+        )
         await handoff_released(flow)

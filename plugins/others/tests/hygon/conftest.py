@@ -70,6 +70,6 @@ def hygon(
             "vdev_agent_dir": str(tmp_path / "vdev"),
         }
         settings.update(config)
-        return handle_for("hygon", plugin, settings)
+        return handle_for("hygon", plugin.hygon, settings)
 
     return make

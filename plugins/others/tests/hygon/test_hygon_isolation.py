@@ -35,7 +35,7 @@ if decoy:
     ctypes.CDLL(decoy, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 config = {"library_path": lib, "search_loader_path": False, "deepbind": deepbind}
 host = PluginHost(core_plugins=CORE_PLUGINS, node_name="n", vendor_config={"hygon": config})
-host.register("hygon", plugin)
+host.register("hygon", plugin.hygon)
 handle = host.vendor("hygon")
 handle.startup()
 out = {}

@@ -43,7 +43,7 @@ DEVICE = {
 
 
 def _host(**config: Any) -> PluginHost:
-    return vendor_host("hygon", plugin, config, node_name=NODE if config else None)
+    return vendor_host("hygon", plugin.hygon, config, node_name=NODE if config else None)
 
 
 async def test_a_hygon_slice_goes_from_the_webhook_to_the_kubelet_and_back(

@@ -36,6 +36,6 @@ def iluvatar(
             "sysfs_root": str(tmp_path / "sys"),
         }
         settings.update(config)
-        return handle_for("iluvatar", plugin, settings)
+        return handle_for("iluvatar", plugin.iluvatar, settings)
 
     return make

@@ -182,7 +182,7 @@ def test_another_chip_is_chosen_by_the_config_file(
     config = tmp_path / "iluvatar.yaml"
     config.write_text("chip: MR-V100\n")
     monkeypatch.setenv("XPUSHARE_ILUVATAR_CONFIG", str(config))
-    spec = plugin.xpushare_vendor()
+    spec = plugin.iluvatar.xpushare_vendor()
     assert spec.resource_names.all() == (
         "iluvatar.ai/MR-V100-vgpu",
         "iluvatar.ai/MR-V100.vMem",

@@ -41,7 +41,7 @@ DEVICE = {
 
 
 def _host(**config: Any) -> PluginHost:
-    return vendor_host("iluvatar", plugin, config, node_name=NODE if config else None)
+    return vendor_host("iluvatar", plugin.iluvatar, config, node_name=NODE if config else None)
 
 
 async def test_an_iluvatar_slice_goes_from_the_webhook_to_the_kubelet_and_back(

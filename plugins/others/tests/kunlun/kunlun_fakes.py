@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import others_hosts as hosts
+from others_hosts import node_settings as node_settings
+
 GIB = 1024**3
 #: A P800's global memory, as HAMi assumes it (98304 MiB).
 P800_BYTES = 96 * GIB
@@ -29,22 +32,4 @@ def xpu(index: int, **overrides: Any) -> dict[str, Any]:
 
 def host_tree(root: Path, count: int) -> Path:
     """/dev/xpuctrl, /dev/xpu<i>, and each XPU's sysfs entry (NUMA: the second half on 1)."""
-    (root / "dev").mkdir(parents=True)
-    (root / "dev/xpuctrl").touch()
-    for i in range(count):
-        (root / f"dev/xpu{i}").touch()
-        dev = root / f"sys/bus/pci/devices/0000:{0x40 + i:02x}:00.0"
-        dev.mkdir(parents=True)
-        (dev / "numa_node").write_text(f"{0 if i < count // 2 else 1}\n")
-    return root
-
-
-def node_settings(lib: Path, root: Path, **config: Any) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "library_path": str(lib),
-        "search_loader_path": False,
-        "host_root": str(root),
-        "sysfs_root": str(root / "sys"),
-    }
-    settings.update(config)
-    return settings
+    return hosts.host_tree(root, count, control="/dev/xpuctrl", node="xpu", first_bus=0x40)

@@ -23,6 +23,7 @@ from xpushare.models import (
 )
 from xpushare.plugins import VendorHandle
 from xpushare.testing.hosts import vendor_host
+from xpushare_others.kunlun import fit as fitting
 from xpushare_others.kunlun import plugin
 from xpushare_others.kunlun.topology import score, select
 
@@ -270,3 +271,49 @@ def test_the_webhook_writes_the_rounded_size_back(hosts: Callable[..., Any]) -> 
         ("replace", "/spec/containers/0/resources/limits/kunlunxin.com~1vxpu-memory", "49152"),
         ("add", "/spec/containers/0/resources/requests", {VMEM: "49152"}),
     ]
+
+
+def test_cuts_stay_within_the_drivers_32_handles(hosts: Callable[..., Any]) -> None:
+    """Kunlun's rule: 32 handles a node, one per XPU and one per vXPU of each cut XPU."""
+    handle = hosts("kunlun-vxpu")
+    quarters = _request(handle, **{VXPU: "4", VMEM: "24576"})
+    node = _node("kunlun-vxpu")
+    # Half 0-3 cut into quarters: 8 + 4 x 4 = 24 handles; cutting 4-7 too would need 40.
+    usage = _busy(0, 1, 2, 3, memory=24576)
+    assert fitting.handles(node, usage) == 24
+    assert [s.index for s in _fit(handle, quarters, node, usage).devices] == [0, 1, 2, 3]
+    # 4-7 in quarters, 0 full of quarters, 1 in halves: 8 + 16 + 4 + 2 = 30 handles. HAMi's
+    # graph would cut idle XPU 2 (the lower half has two that fit): 34. XPU 4 is cut already.
+    crowded = _busy(4, 5, 6, 7, memory=24576) | _busy(1, memory=49152)
+    crowded["node-a-kunlun-0"] = DeviceUsage(device_id="x", used_slots=4, used_memory_mib=98304)
+    assert fitting.handles(node, crowded) == 30
+    one = _request(handle, **{VXPU: "1", VMEM: "24576"})
+    assert [s.index for s in _fit(handle, one, node, crowded).devices] == [4]
+    assert [s.index for s in fitting.fit(one, node, crowded, max_handles=34).devices] == [2]
+    full = {
+        f"node-a-kunlun-{i}": DeviceUsage(device_id="x", used_slots=4, used_memory_mib=98304)
+        for i in range(4)
+    }
+    refused = _fit(handle, quarters, node, full)
+    assert not refused.fits and refused.reasons[FitReason.PARTITION_UNAVAILABLE] == 1
+    assert "pass the 32 device handles of the node's Kunlun driver (24 in use" in (
+        refused.explain()
+    )
+    # Halves cost two handles each: the other half still fits (24 + 4 x 2 = 32).
+    halves = _request(handle, **{VXPU: "4", VMEM: "49152"})
+    assert [s.index for s in _fit(handle, halves, node, full).devices] == [4, 5, 6, 7]
+    # A whole XPU as a vXPU cuts nothing.
+    whole = _request(handle, **{VXPU: "4", VMEM: "98304"})
+    assert _fit(handle, whole, node, full).fits
+    # HAMi's guide: eight XPUs cut into halves fit, into quarters they do not.
+    assert _fit(handle, _request(handle, **{VXPU: "8", VMEM: "49152"}), node, {}).fits
+    eight = _fit(handle, _request(handle, **{VXPU: "8", VMEM: "24576"}), node, {})
+    assert not eight.fits and "32 device handles" in eight.explain()
+
+
+def test_the_handle_budget_is_a_setting(hosts: Callable[..., Any]) -> None:
+    handle = hosts("kunlun-vxpu")
+    request = _request(handle, **{VXPU: "1", VMEM: "24576"})
+    node = _node("kunlun-vxpu", count=2)
+    assert fitting.fit(request, node, {}, max_handles=6).fits  # 2 + 4
+    assert not fitting.fit(request, node, {}, max_handles=5).fits

@@ -52,6 +52,6 @@ def metax(
             "sysfs_root": str(host_tree / "sys"),
         }
         settings.update(config)
-        return handle_for("metax", plugin, settings)
+        return handle_for("metax", plugin.metax, settings)
 
     return make

@@ -175,7 +175,7 @@ def test_whole_gpu_mode_names_and_requests(
     config = tmp_path / "metax.yaml"
     config.write_text("mode: gpu\n")
     monkeypatch.setenv("XPUSHARE_METAX_CONFIG", str(config))
-    handle = handle_for("metax", plugin, {})
+    handle = handle_for("metax", plugin.metax, {})
     assert handle.spec.resource_names.all() == ("metax-tech.com/gpu",)
     pod, c = _pod(**{"metax-tech.com/gpu": "2"})
     request = handle.resource_request(pod=pod, container=c)

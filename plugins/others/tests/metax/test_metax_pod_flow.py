@@ -41,7 +41,7 @@ DEVICE = {
 
 
 def _host(**config: Any) -> PluginHost:
-    return vendor_host("metax", plugin, config, node_name=NODE if config else None)
+    return vendor_host("metax", plugin.metax, config, node_name=NODE if config else None)
 
 
 def _host_tree(root: Path) -> Path:

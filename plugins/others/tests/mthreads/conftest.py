@@ -30,6 +30,6 @@ def mthreads(
             "sysfs_root": str(tmp_path / "sys"),
         }
         settings.update(config)
-        return handle_for("mthreads", plugin, settings)
+        return handle_for("mthreads", plugin.mthreads, settings)
 
     return make

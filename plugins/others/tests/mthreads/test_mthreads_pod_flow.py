@@ -41,7 +41,7 @@ DEVICE = {
 
 
 def _host(**config: Any) -> PluginHost:
-    return vendor_host("mthreads", plugin, config, node_name=NODE if config else None)
+    return vendor_host("mthreads", plugin.mthreads, config, node_name=NODE if config else None)
 
 
 async def test_a_moore_threads_sgpu_goes_from_the_webhook_to_the_kubelet_and_back(

@@ -50,6 +50,6 @@ def thead(
             "sysfs_root": str(tmp_path / "sys"),
         }
         settings.update(config)
-        return handle_for("thead", plugin, settings)
+        return handle_for("thead", plugin.thead, settings)
 
     return make

@@ -30,7 +30,7 @@ DEVICE = {"uuid": "PPU-0", "name": "PPU-ZW810E", "mem_total": 96 * GIB, "minor":
 
 
 def _host(**config: Any) -> PluginHost:
-    return vendor_host("thead", plugin, config, node_name=NODE if config else None)
+    return vendor_host("thead", plugin.thead, config, node_name=NODE if config else None)
 
 
 async def test_a_ppu_slice_goes_from_the_webhook_to_the_kubelet_and_back(

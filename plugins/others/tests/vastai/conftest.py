@@ -59,6 +59,6 @@ def vastai(
             "host_root": str(host),
         }
         settings.update(config)
-        return handle_for("vastai", plugin, settings)
+        return handle_for("vastai", plugin.vastai, settings)
 
     return make

@@ -369,13 +369,13 @@ def test_the_vendor_fit_applies_to_die_mode_nodes_only(table: Any, vastai: Any) 
     from xpushare_others.vastai import plugin
 
     cards = started(vastai).detect()
-    assert plugin.xpushare_fit_applies(cards) is False
+    assert plugin.vastai.xpushare_fit_applies(cards) is False
     # The promise behind False: on a whole-card node the plugin's fit leaves every request
     # to the core's.
     view = NodeView(name="n", devices=tuple(cards))
     for count in (1, 2):
         request = ContainerRequest(vendor="vastai", count=count)
-        assert plugin.xpushare_fit(request, view, {}, []) is None
+        assert plugin.vastai.xpushare_fit(request, view, {}, []) is None
     table.write(card(dies=2))
     dies = started(vastai, device_strategy="die").detect()
-    assert plugin.xpushare_fit_applies(dies) is True
+    assert plugin.vastai.xpushare_fit_applies(dies) is True

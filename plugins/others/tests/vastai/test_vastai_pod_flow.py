@@ -29,7 +29,7 @@ GIB = 1024**3
 
 
 def _host(**config: Any) -> PluginHost:
-    return vendor_host("vastai", plugin, config, node_name=NODE if config else None)
+    return vendor_host("vastai", plugin.vastai, config, node_name=NODE if config else None)
 
 
 async def test_vastai_dies_go_from_the_webhook_to_the_kubelet_and_back(

@@ -11,7 +11,7 @@ optional calls and the loading are here once.
 from __future__ import annotations
 
 import ctypes
-from ctypes import byref, c_char, c_uint, c_ulonglong, c_void_p
+from ctypes import POINTER, byref, c_char, c_char_p, c_uint, c_ulonglong, c_void_p
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
@@ -28,6 +28,19 @@ SUCCESS: Final = 0
 NOT_SUPPORTED: Final = 3
 #: NVML's ``NVML_TEMPERATURE_GPU`` sensor, which these libraries keep.
 TEMPERATURE_GPU: Final = 0
+#: ``nvmlReturn_t`` names (NVML's header), which the libraries that copy NVML's API keep.
+NVML_RETURN_NAMES: Final = {
+    1: "UNINITIALIZED",
+    2: "INVALID_ARGUMENT",
+    3: "NOT_SUPPORTED",
+    4: "NO_PERMISSION",
+    6: "NOT_FOUND",
+    9: "DRIVER_NOT_LOADED",
+    12: "LIBRARY_NOT_FOUND",
+    15: "GPU_IS_LOST",
+    18: "LIB_RM_VERSION_MISMATCH",
+    999: "UNKNOWN",
+}
 
 
 class Memory(ctypes.Structure):
@@ -220,3 +233,75 @@ class NvmlShapedLibrary:
                 cls.vendor, f"{cls.short_name} is not initialised: xpushare_startup did not run"
             )
         return binding
+
+
+def nvml_api(prefix: str) -> dict[str, tuple[Any, ...]]:
+    """NVML's calls a library that copies NVML's API keeps, under *prefix* (``nvml``,
+    ``hgml``), with their argument types: what :class:`NvmlApiLibrary` calls."""
+    return {
+        f"{prefix}Init_v2": (),
+        f"{prefix}Shutdown": (),
+        f"{prefix}SystemGetDriverVersion": (c_char_p, c_uint),
+        f"{prefix}DeviceGetCount_v2": (POINTER(c_uint),),
+        f"{prefix}DeviceGetHandleByIndex_v2": (c_uint, POINTER(c_void_p)),
+        f"{prefix}DeviceGetUUID": (c_void_p, c_char_p, c_uint),
+        f"{prefix}DeviceGetName": (c_void_p, c_char_p, c_uint),
+        f"{prefix}DeviceGetMemoryInfo": (c_void_p, POINTER(Memory)),
+        f"{prefix}DeviceGetPciInfo_v3": (c_void_p, POINTER(NvmlPciInfoV3)),
+        f"{prefix}DeviceGetMinorNumber": (c_void_p, POINTER(c_uint)),
+        f"{prefix}DeviceGetUtilizationRates": (c_void_p, POINTER(Utilization)),
+        f"{prefix}DeviceGetTemperature": (c_void_p, c_uint, POINTER(c_uint)),
+        f"{prefix}DeviceGetPowerUsage": (c_void_p, POINTER(c_uint)),
+    }
+
+
+class NvmlApiLibrary(NvmlShapedLibrary):
+    """A library that is NVML's C API under a *prefix* (IXML keeps ``nvml``, HGML has
+    ``hgml``): the names of its calls are NVML's with that prefix (:func:`nvml_api`)."""
+
+    prefix: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        p = cls.prefix
+        cls.count_function = f"{p}DeviceGetCount_v2"
+        cls.handle_function = f"{p}DeviceGetHandleByIndex_v2"
+        cls.memory_function = f"{p}DeviceGetMemoryInfo"
+        cls.utilization_function = f"{p}DeviceGetUtilizationRates"
+        cls.temperature_function = f"{p}DeviceGetTemperature"
+        cls.shutdown_function = f"{p}Shutdown"
+
+    def pci(self, handle: c_void_p, index: int) -> NvmlPciInfoV3:
+        info = NvmlPciInfoV3()
+        self.call(f"{self.prefix}DeviceGetPciInfo_v3", handle, byref(info), device=index)
+        return info
+
+    def minor(self, handle: c_void_p, index: int) -> int | None:
+        return self.uint(f"{self.prefix}DeviceGetMinorNumber", handle, index)
+
+    def power_mw(self, handle: c_void_p, index: int) -> int | None:
+        return self.uint(f"{self.prefix}DeviceGetPowerUsage", handle, index)
+
+    @classmethod
+    def open_api(
+        cls,
+        ctx: NodeContext,
+        paths: Sequence[str],
+        *,
+        isolated: bool,
+        required: Mapping[str, tuple[Any, ...]],
+        optional: Mapping[str, tuple[Any, ...]],
+        version_len: int,
+        init_failure: str,
+    ) -> Self:
+        """:meth:`open` with NVML's calls and the vendor's own *required* ones bound."""
+        return cls.open(
+            ctx,
+            paths,
+            isolated=isolated,
+            required={**nvml_api(cls.prefix), **required},
+            optional=optional,
+            init=f"{cls.prefix}Init_v2",
+            driver_version=(f"{cls.prefix}SystemGetDriverVersion", version_len),
+            init_failure=init_failure,
+        )

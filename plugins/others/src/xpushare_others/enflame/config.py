@@ -53,6 +53,17 @@ class EnflameConfig(TwoModeVendorConfig):
     drs_profiles: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_DRS_PROFILES))
     #: Slices one GCU has; by default the slices of its largest profile.
     drs_capacity: int | None = Field(default=None, ge=1, le=1024)
+    #: Cut each DRS partition as an instance on the GCU at Allocate, with efsmi, as
+    #: Enflame's device plugin does (:mod:`.instances`); ``false`` only books and announces it.
+    drs_cut: bool = True
+    #: Enflame's efsmi: a path, or a name looked up in the node agent's ``PATH``.
+    efsmi_path: str = Field(default="efsmi", min_length=1, max_length=4096)
+    #: Seconds one efsmi run may take (creating an instance takes a few).
+    efsmi_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    #: Where the node agent keeps which DRS instance each container got, so an instance is
+    #: destroyed after an agent restart too: under kubelet's device-plugin directory, which
+    #: the agent mounts from the host.
+    drs_state_dir: str = "/var/lib/kubelet/device-plugins/xpushare-enflame-drs"
 
     @field_validator("drs_profiles")
     @classmethod

@@ -7,9 +7,10 @@ class; what the two share is :mod:`xpushare_others.common.two_mode_plugin`.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping, Sequence
 
-from xpushare import hookimpl
+from xpushare import VendorUnavailable, hookimpl
 from xpushare.models import (
     ContainerRequest,
     ContainerView,
@@ -18,9 +19,11 @@ from xpushare.models import (
     JsonPatchOp,
     NodeView,
     PodAssignment,
+    ReleaseRequest,
 )
+from xpushare.native import NodeContext
 from xpushare_others.common.two_mode_plugin import TwoModePlugin, TwoModeVendor
-from xpushare_others.enflame import allocate, detect, health, library, monitor
+from xpushare_others.enflame import allocate, detect, health, instances, library, monitor
 from xpushare_others.enflame import fit as fitting
 from xpushare_others.enflame import request as rules
 from xpushare_others.enflame.config import DRS_VENDOR, VENDOR, EnflameConfig, mode_of
@@ -35,21 +38,32 @@ REQUEST_SIZE = "enflame.com/gcu-request-size"
 ASSIGNED_CONTAINERS = "assigned-containers"
 
 
-def drs_annotations(vendor: str, assignment: PodAssignment) -> dict[str, str] | None:
-    """HAMi's DRS keys: the first GCU given, and each container's profile and slices."""
+def drs_annotations(
+    vendor: str, assignment: PodAssignment, profile_ids: Mapping[str, str]
+) -> dict[str, str] | None:
+    """HAMi's DRS keys: the first GCU given, and each container's profile and slices.
+
+    *profile_ids* are the settings' ``drs_profiles`` (the scheduler reads the file the node
+    agent publishes its GCUs' profiles from), so each container's ``profileID`` is the id
+    Enflame's tools know its profile by.
+    """
     ours = [c for c in assignment.containers if c.vendor == vendor and c.devices]
     if not ours:
         return None
     first = ours[0].devices[0]
-    containers = {}
+    containers: dict[str, dict[str, object]] = {}
     for c in ours:
         piece = c.devices[0]
-        parsed = parse_profile_name(piece.partition or "")
-        containers[c.container] = {
+        name = piece.partition or ""
+        parsed = parse_profile_name(name)
+        entry: dict[str, object] = {
             "allocated": False,
             "request": parsed[0] if parsed else 1,
-            "profileName": piece.partition or "",
+            "profileName": name,
         }
+        if name in profile_ids:
+            entry["profileID"] = profile_ids[name]
+        containers[c.container] = entry
     size = containers[ours[0].container]["request"]
     return {
         ASSIGNED: "false",
@@ -88,6 +102,19 @@ class EnflamePlugin(TwoModePlugin[EnflameConfig, library.Efml]):
         super().__init__(ENFLAME, vendor)
 
     @hookimpl
+    def xpushare_startup(self, ctx: NodeContext) -> None:
+        config = self._config(ctx)
+        cuts = config.mode == self.mode == "drs" and config.drs_cut
+        if cuts and shutil.which(config.efsmi_path) is None:
+            raise VendorUnavailable(
+                self.vendor,
+                f"Enflame's efsmi ({config.efsmi_path!r}), which cuts the DRS instances, is "
+                "not on the node agent's PATH; mount it into the agent and set efsmi_path, or "
+                "set drs_cut: false to book partitions without cutting them",
+            )
+        super().xpushare_startup(ctx)
+
+    @hookimpl
     def xpushare_fit(
         self,
         request: ContainerRequest,
@@ -109,8 +136,19 @@ class EnflamePlugin(TwoModePlugin[EnflameConfig, library.Efml]):
     def xpushare_patch_annotations(self, assignment: PodAssignment) -> dict[str, str] | None:
         if self.mode != "drs":
             return None
-        return drs_annotations(self.vendor, assignment)
+        return drs_annotations(self.vendor, assignment, self.loaded.drs_profiles)
+
+
+class EnflameDrsPlugin(EnflamePlugin):
+    """``enflame-drs``: what it cuts at Allocate is destroyed when the pod has ended (whole
+    GCUs create nothing, so ``enflame`` has no release hook)."""
+
+    @hookimpl
+    def xpushare_release(self, ctx: NodeContext, request: ReleaseRequest) -> None:
+        config = self._config(ctx)
+        if config.drs_cut:
+            instances.release(config, request)
 
 
 gcu = EnflamePlugin(VENDOR)
-drs = EnflamePlugin(DRS_VENDOR)
+drs = EnflameDrsPlugin(DRS_VENDOR)

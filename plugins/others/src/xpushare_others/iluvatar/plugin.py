@@ -1,86 +1,36 @@
-"""The Iluvatar vendor plugin: the hook implementations, each a thin call into its module."""
+"""The Iluvatar vendor plugin (entry point ``xpushare_others.iluvatar.plugin:iluvatar``)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-
-from xpushare import API_VERSION, hookimpl
-from xpushare.models import (
-    AllocateRequest,
-    ContainerAllocation,
-    ContainerRequest,
-    ContainerView,
-    Device,
-    HealthEvent,
-    JsonPatchOp,
-    MonitorSnapshot,
-    PodView,
-    VendorSpec,
-)
-from xpushare.native import NodeContext
-from xpushare_others.common import settings
+from xpushare import hookimpl
+from xpushare.models import ContainerView, JsonPatchOp, PodView
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
 from xpushare_others.iluvatar import allocate, detect, health, library, monitor, request
 from xpushare_others.iluvatar.config import MEMORY_UNIT_MIB, VENDOR, IluvatarConfig
 
-
-def _config(ctx: NodeContext) -> IluvatarConfig:
-    return settings.cached(IluvatarConfig, VENDOR, ctx.config)
-
-
-@hookimpl
-def xpushare_vendor() -> VendorSpec:
-    raw = settings.load_settings(VENDOR)
-    config = settings.parse(IluvatarConfig, VENDOR, raw)
-    return VendorSpec(
-        name=VENDOR,
-        api_version=API_VERSION,
-        display_name=f"Iluvatar CoreX {config.chip}",
-        resource_names=config.names(),
-        memory_unit_mib=MEMORY_UNIT_MIB,
-        config=raw,
-    )
+ILUVATAR: LibraryVendor[IluvatarConfig, library.Ixml] = LibraryVendor(
+    name=VENDOR,
+    config_type=IluvatarConfig,
+    display_name=lambda config: f"Iluvatar CoreX {config.chip}",
+    names=IluvatarConfig.names,
+    open_library=library.open_ixml,
+    close_library=library.close_ixml,
+    library_state=library.state,
+    detect=detect.detect,
+    sample=monitor.sample,
+    check_health=health.check,
+    allocate=allocate.allocate,
+    memory_unit_mib=lambda _: MEMORY_UNIT_MIB,
+    adjust_request=lambda parsed, vendor, pod, container: request.adjust(parsed),
+)
 
 
-@hookimpl
-def xpushare_startup(ctx: NodeContext) -> None:
-    library.open_ixml(ctx, _config(ctx))
+class IluvatarPlugin(RulesVendorPlugin[IluvatarConfig, library.Ixml]):
+    @hookimpl
+    def xpushare_mutate_admission(
+        self, pod: PodView, container: ContainerView, index: int
+    ) -> list[JsonPatchOp]:
+        return request.admission(pod, container, index)
 
 
-@hookimpl
-def xpushare_shutdown(ctx: NodeContext) -> None:
-    library.close_ixml(ctx)
-
-
-@hookimpl
-def xpushare_detect(ctx: NodeContext) -> list[Device]:
-    return detect.detect(library.state(ctx), _config(ctx))
-
-
-@hookimpl
-def xpushare_monitor(ctx: NodeContext, devices: Sequence[Device]) -> MonitorSnapshot:
-    return monitor.sample(library.state(ctx), devices)
-
-
-@hookimpl
-def xpushare_check_health(ctx: NodeContext, devices: Sequence[Device]) -> list[HealthEvent]:
-    return health.check(library.state(ctx), devices)
-
-
-@hookimpl
-def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
-    return allocate.allocate(_config(ctx), request)
-
-
-@hookimpl(wrapper=True)
-def xpushare_resource_request(
-    vendor: VendorSpec, pod: PodView, container: ContainerView
-) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-    parsed = yield
-    return request.adjust(parsed)
-
-
-@hookimpl
-def xpushare_mutate_admission(
-    pod: PodView, container: ContainerView, index: int
-) -> list[JsonPatchOp]:
-    return request.admission(pod, container, index)
+iluvatar = IluvatarPlugin(ILUVATAR)

@@ -32,6 +32,10 @@ VXPU_SIZES_MIB: Final = (24576, 49152, 98304)
 XPU_MEMORY_MIB: Final = VXPU_SIZES_MIB[-1]
 #: Most vXPUs on one XPU: as many of the smallest slice as fit in a whole one.
 VXPU_SLOTS: Final = XPU_MEMORY_MIB // VXPU_SIZES_MIB[0]
+#: Device handles Kunlun's driver has per node (HAMi's Kunlun vXPU guide: "a maximum of 32
+#: handles"): each XPU holds one, and an XPU cut into vXPUs one more per slice of its size,
+#: so eight XPUs cannot all be cut into quarters (8 + 8 x 4 = 40).
+DRIVER_HANDLES: Final = 32
 
 
 class KunlunConfig(TwoModeVendorConfig):
@@ -48,6 +52,8 @@ class KunlunConfig(TwoModeVendorConfig):
     #: annotations and ``use-gpuuuid`` selections name, so a migration counts HAMi's pods);
     #: ``serial`` is the XPU's serial number from XPUML.
     id_format: Literal["node-index", "serial"] = "node-index"
+    #: Device handles of the node's Kunlun driver that XPUs and their vXPU cuts may take.
+    max_handles: int = Field(default=DRIVER_HANDLES, ge=1, le=4096)
 
     def names(self, vendor: str) -> ResourceNames:
         if self.resource_names is not None:

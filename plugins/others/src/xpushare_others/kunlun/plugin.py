@@ -57,7 +57,7 @@ class KunlunPlugin(TwoModePlugin[KunlunConfig, library.Xpuml]):
     def xpushare_fit(
         self, request: ContainerRequest, node: NodeView, usage: Mapping[str, DeviceUsage]
     ) -> FitResult:
-        return fitting.fit(request, node, usage)
+        return fitting.fit(request, node, usage, self.loaded.max_handles)
 
     @hookimpl
     def xpushare_score(

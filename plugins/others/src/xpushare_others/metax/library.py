@@ -191,6 +191,11 @@ def open_mxsml(ctx: NodeContext, config: MetaxConfig) -> Mxsml:
     return mxsml
 
 
+def close_mxsml(ctx: NodeContext) -> None:
+    # MXSML has no shutdown call; the library stays mapped for the process.
+    ctx.state.pop(STATE_KEY, None)
+
+
 def state(ctx: NodeContext) -> Mxsml:
     mxsml = ctx.state.get(STATE_KEY)
     if not isinstance(mxsml, Mxsml):

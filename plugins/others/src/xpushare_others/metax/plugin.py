@@ -1,88 +1,37 @@
-"""The MetaX vendor plugin: the hook implementations, each a thin call into its module."""
+"""The MetaX vendor plugin (entry point ``xpushare_others.metax.plugin:metax``)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-
-from xpushare import API_VERSION, hookimpl
-from xpushare.models import (
-    AllocateRequest,
-    ContainerAllocation,
-    ContainerRequest,
-    ContainerView,
-    Device,
-    HealthEvent,
-    JsonPatchOp,
-    MonitorSnapshot,
-    PodView,
-    VendorSpec,
-)
-from xpushare.native import NodeContext
-from xpushare_others.common import settings
+from xpushare import hookimpl
+from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
 from xpushare_others.metax import allocate, detect, health, library, monitor
 from xpushare_others.metax import request as rules
 from xpushare_others.metax.config import SGPU_MEMORY_UNIT_MIB, VENDOR, MetaxConfig
 
-
-def _config(ctx: NodeContext) -> MetaxConfig:
-    return settings.cached(MetaxConfig, VENDOR, ctx.config)
-
-
-@hookimpl
-def xpushare_vendor() -> VendorSpec:
-    raw = settings.load_settings(VENDOR)
-    config = settings.parse(MetaxConfig, VENDOR, raw)
-    return VendorSpec(
-        name=VENDOR,
-        api_version=API_VERSION,
-        display_name=f"MetaX GPU ({config.mode} mode)",
-        resource_names=config.names(),
-        memory_unit_mib=SGPU_MEMORY_UNIT_MIB,
-        config=raw,
-    )
+METAX: LibraryVendor[MetaxConfig, library.Mxsml] = LibraryVendor(
+    name=VENDOR,
+    config_type=MetaxConfig,
+    display_name=lambda config: f"MetaX GPU ({config.mode} mode)",
+    names=MetaxConfig.names,
+    open_library=library.open_mxsml,
+    close_library=library.close_mxsml,
+    library_state=library.state,
+    detect=detect.detect,
+    sample=monitor.sample,
+    check_health=health.check,
+    allocate=allocate.allocate,
+    memory_unit_mib=lambda _: SGPU_MEMORY_UNIT_MIB,
+    adjust_request=rules.adjust,
+)
 
 
-@hookimpl
-def xpushare_startup(ctx: NodeContext) -> None:
-    library.open_mxsml(ctx, _config(ctx))
+class MetaxPlugin(RulesVendorPlugin[MetaxConfig, library.Mxsml]):
+    @hookimpl
+    def xpushare_mutate_admission(
+        self, pod: PodView, container: ContainerView, request: ContainerRequest
+    ) -> list[JsonPatchOp]:
+        return rules.admission(pod, container, request)
 
 
-@hookimpl
-def xpushare_shutdown(ctx: NodeContext) -> None:
-    # MXSML has no shutdown call; the library stays mapped for the process.
-    ctx.state.pop(library.STATE_KEY, None)
-
-
-@hookimpl
-def xpushare_detect(ctx: NodeContext) -> list[Device]:
-    return detect.detect(library.state(ctx), _config(ctx))
-
-
-@hookimpl
-def xpushare_monitor(ctx: NodeContext, devices: Sequence[Device]) -> MonitorSnapshot:
-    return monitor.sample(library.state(ctx), devices)
-
-
-@hookimpl
-def xpushare_check_health(ctx: NodeContext, devices: Sequence[Device]) -> list[HealthEvent]:
-    return health.check(library.state(ctx), devices)
-
-
-@hookimpl
-def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
-    return allocate.allocate(_config(ctx), request)
-
-
-@hookimpl(wrapper=True)
-def xpushare_resource_request(
-    vendor: VendorSpec, pod: PodView, container: ContainerView
-) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-    parsed = yield
-    return rules.adjust(parsed, vendor, pod, container)
-
-
-@hookimpl
-def xpushare_mutate_admission(
-    pod: PodView, container: ContainerView, request: ContainerRequest
-) -> list[JsonPatchOp]:
-    return rules.admission(pod, container, request)
+metax = MetaxPlugin(METAX)

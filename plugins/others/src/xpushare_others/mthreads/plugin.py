@@ -1,79 +1,27 @@
-"""The Moore Threads vendor plugin: the hook implementations, each a thin call into its module."""
+"""The Moore Threads vendor plugin (entry point ``xpushare_others.mthreads.plugin:mthreads``)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-
-from xpushare import API_VERSION, hookimpl
-from xpushare.models import (
-    AllocateRequest,
-    ContainerAllocation,
-    ContainerRequest,
-    ContainerView,
-    Device,
-    HealthEvent,
-    MonitorSnapshot,
-    PodView,
-    VendorSpec,
-)
-from xpushare.native import NodeContext
-from xpushare_others.common import settings
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
 from xpushare_others.mthreads import allocate, detect, health, library, monitor
 from xpushare_others.mthreads import request as rules
 from xpushare_others.mthreads.config import MEMORY_UNIT_MIB, VENDOR, MthreadsConfig
 
-
-def _config(ctx: NodeContext) -> MthreadsConfig:
-    return settings.cached(MthreadsConfig, VENDOR, ctx.config)
-
-
-@hookimpl
-def xpushare_vendor() -> VendorSpec:
-    raw = settings.load_settings(VENDOR)
-    config = settings.parse(MthreadsConfig, VENDOR, raw)
-    return VendorSpec(
-        name=VENDOR,
-        api_version=API_VERSION,
-        display_name="Moore Threads GPU",
-        resource_names=config.names(),
-        memory_unit_mib=MEMORY_UNIT_MIB,
-        config=raw,
-    )
+MTHREADS: LibraryVendor[MthreadsConfig, library.Mtml] = LibraryVendor(
+    name=VENDOR,
+    config_type=MthreadsConfig,
+    display_name=lambda _: "Moore Threads GPU",
+    names=MthreadsConfig.names,
+    open_library=library.open_mtml,
+    close_library=library.close_mtml,
+    library_state=library.state,
+    detect=detect.detect,
+    sample=monitor.sample,
+    check_health=health.check,
+    allocate=allocate.allocate,
+    memory_unit_mib=lambda _: MEMORY_UNIT_MIB,
+    adjust_request=rules.adjust,
+)
 
 
-@hookimpl
-def xpushare_startup(ctx: NodeContext) -> None:
-    library.open_mtml(ctx, _config(ctx))
-
-
-@hookimpl
-def xpushare_shutdown(ctx: NodeContext) -> None:
-    library.close_mtml(ctx)
-
-
-@hookimpl
-def xpushare_detect(ctx: NodeContext) -> list[Device]:
-    return detect.detect(library.state(ctx), _config(ctx))
-
-
-@hookimpl
-def xpushare_monitor(ctx: NodeContext, devices: Sequence[Device]) -> MonitorSnapshot:
-    return monitor.sample(library.state(ctx), devices)
-
-
-@hookimpl
-def xpushare_check_health(ctx: NodeContext, devices: Sequence[Device]) -> list[HealthEvent]:
-    return health.check(library.state(ctx), devices)
-
-
-@hookimpl
-def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
-    return allocate.allocate(_config(ctx), request)
-
-
-@hookimpl(wrapper=True)
-def xpushare_resource_request(
-    vendor: VendorSpec, pod: PodView, container: ContainerView
-) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-    parsed = yield
-    return rules.adjust(parsed, vendor, pod, container)
+mthreads: RulesVendorPlugin[MthreadsConfig, library.Mtml] = RulesVendorPlugin(MTHREADS)

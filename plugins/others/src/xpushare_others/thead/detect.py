@@ -29,7 +29,7 @@ def detect(hgml: Hgml, config: TheadConfig) -> list[Device]:
         bdf = sysfs.normalize_bdf(pci.busId.decode(errors="replace")) or sysfs.bdf_from_parts(
             pci.domain, pci.bus, pci.device, 0
         )
-        minor = hgml.uint("hgmlDeviceGetMinorNumber", h, index)
+        minor = hgml.minor(h, index)
         extra = {"driver_version": hgml.driver_version}
         if minor is not None:
             extra["minor"] = str(minor)

@@ -8,17 +8,11 @@ It is loaded isolated (see :mod:`xpushare_others.common.loading`).
 
 from __future__ import annotations
 
-from ctypes import POINTER, byref, c_char_p, c_uint, c_ulonglong, c_void_p
+from ctypes import POINTER, byref, c_uint, c_ulonglong, c_void_p
 from typing import TYPE_CHECKING, Any, Final
 
 from xpushare_others.common import loading
-from xpushare_others.common.nvml_shaped import (
-    Memory,
-    NvmlShapedError,
-    NvmlShapedLibrary,
-    Utilization,
-)
-from xpushare_others.common.nvml_shaped import NvmlPciInfoV3 as PciInfo
+from xpushare_others.common.nvml_shaped import NVML_RETURN_NAMES, NvmlApiLibrary, NvmlShapedError
 from xpushare_others.thead.config import VENDOR, TheadConfig
 
 if TYPE_CHECKING:
@@ -26,17 +20,6 @@ if TYPE_CHECKING:
 
 SONAMES: Final = ("libhgml.so", "libhgml.so.1")
 
-#: hgmlReturn_t names (NVML's codes).
-RETURN_NAMES: Final = {
-    1: "UNINITIALIZED",
-    2: "INVALID_ARGUMENT",
-    3: "NOT_SUPPORTED",
-    4: "NO_PERMISSION",
-    6: "NOT_FOUND",
-    9: "DRIVER_NOT_LOADED",
-    15: "GPU_IS_LOST",
-    999: "UNKNOWN",
-}
 #: hgmlTotalEccErrors's error type and counter: uncorrected, volatile (GPUStack's rule).
 ECC_UNCORRECTED: Final = 1
 ECC_VOLATILE: Final = 0
@@ -49,24 +32,9 @@ class HgmlError(NvmlShapedError):
     library_label = "T-Head HGML"
     device_noun = "PPU"
     check_tool = "ppu-smi"
-    return_names = RETURN_NAMES
+    return_names = NVML_RETURN_NAMES
 
 
-_REQUIRED: Final[dict[str, tuple[Any, ...]]] = {
-    "hgmlInit_v2": (),
-    "hgmlShutdown": (),
-    "hgmlSystemGetDriverVersion": (c_char_p, c_uint),
-    "hgmlDeviceGetCount_v2": (POINTER(c_uint),),
-    "hgmlDeviceGetHandleByIndex_v2": (c_uint, POINTER(c_void_p)),
-    "hgmlDeviceGetUUID": (c_void_p, c_char_p, c_uint),
-    "hgmlDeviceGetName": (c_void_p, c_char_p, c_uint),
-    "hgmlDeviceGetMemoryInfo": (c_void_p, POINTER(Memory)),
-    "hgmlDeviceGetPciInfo_v3": (c_void_p, POINTER(PciInfo)),
-    "hgmlDeviceGetMinorNumber": (c_void_p, POINTER(c_uint)),
-    "hgmlDeviceGetUtilizationRates": (c_void_p, POINTER(Utilization)),
-    "hgmlDeviceGetTemperature": (c_void_p, c_uint, POINTER(c_uint)),
-    "hgmlDeviceGetPowerUsage": (c_void_p, POINTER(c_uint)),
-}
 _OPTIONAL: Final[dict[str, tuple[Any, ...]]] = {
     "hgmlDeviceGetTotalEccErrors": (c_void_p, c_uint, c_uint, POINTER(c_ulonglong)),
 }
@@ -74,22 +42,12 @@ _OPTIONAL: Final[dict[str, tuple[Any, ...]]] = {
 STATE_KEY: Final = "hgml"
 
 
-class Hgml(NvmlShapedLibrary):
+class Hgml(NvmlApiLibrary):
+    prefix = "hgml"
     error = HgmlError
-    count_function = "hgmlDeviceGetCount_v2"
-    handle_function = "hgmlDeviceGetHandleByIndex_v2"
-    memory_function = "hgmlDeviceGetMemoryInfo"
-    utilization_function = "hgmlDeviceGetUtilizationRates"
-    temperature_function = "hgmlDeviceGetTemperature"
-    shutdown_function = "hgmlShutdown"
     state_key = STATE_KEY
     short_name = "HGML"
     vendor = VENDOR
-
-    def pci(self, handle: c_void_p, index: int) -> PciInfo:
-        info = PciInfo()
-        self.call("hgmlDeviceGetPciInfo_v3", handle, byref(info), device=index)
-        return info
 
     def uncorrected_ecc(self, handle: c_void_p, index: int) -> int | None:
         value = c_ulonglong()
@@ -105,14 +63,13 @@ class Hgml(NvmlShapedLibrary):
 
 
 def open_hgml(ctx: NodeContext, config: TheadConfig) -> Hgml:
-    return Hgml.open(
+    return Hgml.open_api(
         ctx,
         loading.candidates(config, SONAMES, config.library_dirs),
         isolated=config.deepbind,
-        required=_REQUIRED,
+        required={},
         optional=_OPTIONAL,
-        init="hgmlInit_v2",
-        driver_version=("hgmlSystemGetDriverVersion", VERSION_LEN),
+        version_len=VERSION_LEN,
         init_failure="the PPU driver is not loaded, or this container cannot open "
         "/dev/alixpu*. Check `ppu-smi` on the node.",
     )

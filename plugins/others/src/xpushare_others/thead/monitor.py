@@ -15,7 +15,7 @@ def sample(hgml: Hgml, devices: Sequence[Device]) -> MonitorSnapshot:
         h = hgml.handle(d.index)
         util = hgml.utilization(h, d.index)
         temp = hgml.temperature(h, d.index)
-        power = hgml.uint("hgmlDeviceGetPowerUsage", h, d.index)
+        power = hgml.power_mw(h, d.index)
         samples.append(
             DeviceSample(
                 device_id=d.id,

@@ -1,102 +1,55 @@
-"""The Vastai vendor plugin: the hook implementations, each a thin call into its module."""
+"""The Vastai vendor plugin (entry point ``xpushare_others.vastai.plugin:vastai``).
+
+Requests are slot-only (HAMi's Vastai backend); fit and score are Vastai's own in die mode
+(:mod:`xpushare_others.vastai.fit`) and the core's on whole-card nodes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from xpushare import API_VERSION, hookimpl
-from xpushare.models import (
-    AllocateRequest,
-    ContainerAllocation,
-    ContainerRequest,
-    ContainerView,
-    Device,
-    DeviceUsage,
-    FitResult,
-    HealthEvent,
-    MonitorSnapshot,
-    NodeView,
-    PodView,
-    VendorSpec,
-)
-from xpushare.native import NodeContext
-from xpushare_others.common import settings, slots
+from xpushare import hookimpl
+from xpushare.models import ContainerRequest, Device, DeviceUsage, FitResult, NodeView
+from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin, slot_request
 from xpushare_others.vastai import allocate, detect, health, library, monitor
 from xpushare_others.vastai import fit as vastai_fit
 from xpushare_others.vastai.config import VENDOR, VastaiConfig
 
-
-def _config(ctx: NodeContext) -> VastaiConfig:
-    return settings.cached(VastaiConfig, VENDOR, ctx.config)
-
-
-@hookimpl
-def xpushare_vendor() -> VendorSpec:
-    raw = settings.load_settings(VENDOR)
-    config = settings.parse(VastaiConfig, VENDOR, raw)
-    return VendorSpec(
-        name=VENDOR,
-        api_version=API_VERSION,
-        display_name=f"Vastai ({config.device_strategy} mode)",
-        resource_names=config.names(),
-        config=raw,
-    )
+VASTAI: LibraryVendor[VastaiConfig, library.Vaml] = LibraryVendor(
+    name=VENDOR,
+    config_type=VastaiConfig,
+    display_name=lambda config: f"Vastai ({config.device_strategy} mode)",
+    names=VastaiConfig.names,
+    open_library=library.open_vaml,
+    close_library=library.close_vaml,
+    library_state=library.state,
+    detect=detect.detect,
+    sample=monitor.sample,
+    check_health=health.check,
+    allocate=allocate.allocate,
+    adjust_request=slot_request,
+)
 
 
-@hookimpl
-def xpushare_startup(ctx: NodeContext) -> None:
-    library.open_vaml(ctx, _config(ctx))
+class VastaiPlugin(RulesVendorPlugin[VastaiConfig, library.Vaml]):
+    @hookimpl
+    def xpushare_fit(
+        self,
+        request: ContainerRequest,
+        node: NodeView,
+        usage: Mapping[str, DeviceUsage],
+        device_order: Sequence[str],
+    ) -> FitResult | None:
+        return vastai_fit.fit(request, node, usage, device_order)
+
+    @hookimpl
+    def xpushare_fit_applies(self, devices: Sequence[Device]) -> bool | None:
+        # Whole-card nodes are left to the core's fit for every request (fit.fit answers None).
+        return vastai_fit.die_mode(devices)
+
+    @hookimpl
+    def xpushare_score(self, node: NodeView, fit: FitResult) -> float | None:
+        return vastai_fit.score(node, fit)
 
 
-@hookimpl
-def xpushare_shutdown(ctx: NodeContext) -> None:
-    library.close_vaml(ctx)
-
-
-@hookimpl
-def xpushare_detect(ctx: NodeContext) -> list[Device]:
-    return detect.detect(library.state(ctx), _config(ctx))
-
-
-@hookimpl
-def xpushare_monitor(ctx: NodeContext, devices: Sequence[Device]) -> MonitorSnapshot:
-    return monitor.sample(library.state(ctx), devices)
-
-
-@hookimpl
-def xpushare_check_health(ctx: NodeContext, devices: Sequence[Device]) -> list[HealthEvent]:
-    return health.check(library.state(ctx), devices)
-
-
-@hookimpl
-def xpushare_allocate(ctx: NodeContext, request: AllocateRequest) -> ContainerAllocation:
-    return allocate.allocate(_config(ctx), request)
-
-
-@hookimpl(wrapper=True)
-def xpushare_resource_request(
-    vendor: VendorSpec, pod: PodView, container: ContainerView
-) -> Generator[None, ContainerRequest | None, ContainerRequest | None]:
-    parsed = yield
-    return slots.slot_request(parsed, pod)
-
-
-@hookimpl
-def xpushare_fit(
-    request: ContainerRequest,
-    node: NodeView,
-    usage: Mapping[str, DeviceUsage],
-    device_order: Sequence[str],
-) -> FitResult | None:
-    return vastai_fit.fit(request, node, usage, device_order)
-
-
-@hookimpl
-def xpushare_fit_applies(devices: Sequence[Device]) -> bool | None:
-    # Whole-card nodes are left to the core's fit for every request (fit.fit answers None).
-    return vastai_fit.die_mode(devices)
-
-
-@hookimpl
-def xpushare_score(node: NodeView, fit: FitResult) -> float | None:
-    return vastai_fit.score(node, fit)
+vastai = VastaiPlugin(VASTAI)
