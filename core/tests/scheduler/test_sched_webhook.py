@@ -621,3 +621,31 @@ async def test_ordinary_pods_pass_untouched(sched, http):
     )
     response = await admit(sched, http, obj)
     assert response["allowed"] is True and "patch" not in response
+
+
+async def test_policy_annotations_hami_ignores_pass_with_a_warning(sched, http):
+    obj = gpu(gpu="1", mem="1000")
+    obj["metadata"]["annotations"] = {
+        "hami.io/node-scheduler-policy": "fgd",
+        "hami.io/gpu-scheduler-policy": "mutex,binpack,numa",
+    }
+    response = await admit(sched, http, obj)
+    assert response["allowed"] is True and "warnings" not in response
+    obj["metadata"]["annotations"] = {
+        "hami.io/node-scheduler-policy": "tightest",
+        "hami.io/gpu-scheduler-policy": "binpack,nearest",
+    }
+    response = await admit(sched, http, obj)
+    assert response["allowed"] is True
+    node, device = response["warnings"]
+    assert "hami.io/node-scheduler-policy 'tightest'" in node and "fgd-cpu" in node
+    assert "hami.io/gpu-scheduler-policy: 'nearest' ignored" in device
+
+
+async def test_malformed_scoring_weights_are_refused_at_admission(sched, http):
+    obj = gpu(gpu="1", mem="1000")
+    obj["metadata"]["annotations"] = {"hami.io/device-scoring-weights": "slot=1,core=1"}
+    response = await admit(sched, http, obj)
+    assert response["allowed"] is False
+    assert "hami.io/device-scoring-weights" in response["status"]["message"]
+    assert "pod default/p" in response["status"]["message"]

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from xpushare.codec import ASSIGNMENT_KEY
 from xpushare.errors import AdmissionDenied, PluginError
 from xpushare.models import AdmissionGuard, ContainerRequest, ContainerView, JsonPatchOp, PodView
+from xpushare.placement import policy_registry
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler.podguard import (
     capability_name,
@@ -46,6 +47,7 @@ from xpushare.scheduler.podguard import (
     prefix_reaches,
     relation,
 )
+from xpushare.scheduling.podpolicy import policy_warnings
 from xpushare.scheduling.quantity import parse_quantity
 
 if TYPE_CHECKING:
@@ -105,6 +107,8 @@ class Webhook:
             sorted({p for guard in self._guards.values() for p in guard.device_paths})
         )
         self._denied_caps = frozenset(capability_name(c) for c in config.denied_capabilities)
+        #: The policies a pod may name in hami.io/node-scheduler-policy.
+        self._policy_names = frozenset(policy_registry(host).names())
 
     # -- the AdmissionReview envelope --------------------------------------------------------------
 
@@ -199,6 +203,10 @@ class Webhook:
         self._check_isolation(pod, namespace, who, asks)
         if not asks:
             return patches, warnings
+        try:
+            warnings.extend(policy_warnings(view.annotations, self._policy_names))
+        except ValueError as exc:
+            raise AdmissionDenied(f"{who}: {exc}") from None
         spec = ob.spec(pod)
         if spec.get("nodeName"):
             raise AdmissionDenied(

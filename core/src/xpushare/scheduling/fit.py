@@ -85,7 +85,7 @@ def quick_reject(table: DeviceTable, demand: Demand) -> FitReason | None:
         if count > table.n_healthy - table.n_held:
             return FitReason.HELD_EXCLUSIVELY
         return FitReason.SLOTS_EXHAUSTED
-    if demand.exclusive and count > table.n_whole_free:
+    if (demand.exclusive or demand.idle) and count > table.n_whole_free:
         return FitReason.EXCLUSIVE_CONFLICT
     if demand.partition is not None:
         return None
@@ -124,7 +124,7 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
         return FitReason.SLOTS_EXHAUSTED
     if held:
         return FitReason.HELD_EXCLUSIVELY
-    if demand.exclusive and used_slots > 0:
+    if (demand.exclusive or demand.idle) and used_slots > 0:
         return FitReason.EXCLUSIVE_CONFLICT
     compute = demand.compute
     partition = demand.partition
@@ -160,7 +160,7 @@ def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
         sig[SIG_MODEL]
     ):
         return False
-    if demand.exclusive and not sig[SIG_WHOLE]:
+    if (demand.exclusive or demand.idle) and not sig[SIG_WHOLE]:
         return False
     if demand.partition is not None:
         return False
