@@ -57,7 +57,16 @@ def _devices(vendor: str, name: str) -> list[Any]:
     ]
 
 
-def _cluster(queue: Any, vendor: str, nodes: int, pods: int) -> None:
+#: ``--pod-policies``: every other pod names its own policies (HAMi's annotations), by turns
+#: one of these choices, so the per-pod placers are exercised beside the cluster's.
+POD_POLICIES = (
+    {"hami.io/node-scheduler-policy": "spread"},
+    {"hami.io/gpu-scheduler-policy": "mutex,binpack,numa"},
+    {"hami.io/node-scheduler-policy": "binpack", "hami.io/gpu-scheduler-policy": "spread"},
+)
+
+
+def _cluster(queue: Any, vendor: str, nodes: int, pods: int, pod_policies: bool = False) -> None:
     """Child process: the API server, the fleet, the pending pods, the node agents."""
     from xpushare.codec import HANDOFF_KEY, encode_inventory, inventory_key
     from xpushare.testing.apiserver import FakeApiServer, RecordedRequest, node, pod
@@ -74,7 +83,12 @@ def _cluster(queue: Any, vendor: str, nodes: int, pods: int) -> None:
         rng = random.Random(7)
         for i in range(pods):
             size = rng.choice((4000, 8000, 10000, 16000, 20000, 40000))
-            api.put("pods", pod(f"p-{i:06d}", limits={gpu: "1", mem: str(size)}))
+            obj = pod(f"p-{i:06d}", limits={gpu: "1", mem: str(size)})
+            if pod_policies and i % 2:
+                obj["metadata"].setdefault("annotations", {}).update(
+                    POD_POLICIES[(i // 2) % len(POD_POLICIES)]
+                )
+            api.put("pods", obj)
         loop = asyncio.get_running_loop()
 
         def release(node_name: str) -> None:
@@ -198,7 +212,9 @@ async def run(args: argparse.Namespace) -> None:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     child = ctx.Process(
-        target=_cluster, args=(queue, args.vendor, args.nodes, args.pods), daemon=True
+        target=_cluster,
+        args=(queue, args.vendor, args.nodes, args.pods, args.pod_policies),
+        daemon=True,
     )
     child.start()
     started = time.perf_counter()
@@ -276,6 +292,12 @@ def main() -> None:
     parser.add_argument("--binds-in-flight", type=int, default=64)
     parser.add_argument("--policy", default="fgd-cpu", help="placement.policy (the default)")
     parser.add_argument("--quick", action="store_true", help="500 nodes, 300 pods")
+    parser.add_argument(
+        "--pod-policies",
+        action="store_true",
+        help="every other pod names its own policies (hami.io/node-scheduler-policy, "
+        "hami.io/gpu-scheduler-policy), three choices by turns",
+    )
     parser.add_argument("--profile", metavar="FILE", help="cProfile the scheduler into FILE")
     args = parser.parse_args()
     if args.quick:

@@ -107,7 +107,6 @@ async def test_a_copied_assignment_is_removed(sched, http):
         ({"gpu": "one"}, "not a number"),
         ({"gpu": "1", "mem": "lots"}, "not a number"),
         ({"gpu": "1", "mem": "1000", "pct": "50"}, "keep one"),
-        ({"gpu": "1", "cores": "150"}, "at most 100"),
         ({"gpu": "1", "mem": "900000"}, "largest mock device"),
         ({"gpu": "1.5"}, "whole number"),
         # The unit of the memory resource is MiB: a suffix is not multiplied in (16Gi would
@@ -649,3 +648,22 @@ async def test_malformed_scoring_weights_are_refused_at_admission(sched, http):
     assert response["allowed"] is False
     assert "hami.io/device-scoring-weights" in response["status"]["message"]
     assert "pod default/p" in response["status"]["message"]
+
+
+async def test_what_hami_clamps_or_ignores_is_admitted_with_a_warning(sched, http):
+    obj = gpu(gpu="1", cores="150")
+    obj["spec"]["containers"][0]["resources"]["requests"] = {GPU: "1", CORES: "150"}
+    response = await admit(sched, http, obj)
+    result = patched(obj, response)
+    [warning] = response["warnings"]
+    assert f"{CORES} 150 is above 100" in warning and "container 'main'" in warning
+    resources = result["spec"]["containers"][0]["resources"]
+    assert resources["limits"][CORES] == "100" and resources["requests"][CORES] == "100"
+    for pct, words in (("150", f"{PCT} 150 is above 100 %"), ("0", f"{PCT} 0 is ignored")):
+        response = await admit(sched, http, gpu(gpu="1", pct=pct))
+        assert response["allowed"] is True
+        assert any(words in w for w in response["warnings"]), response["warnings"]
+    # Our own numa-bind key keeps its strict rule: a typo there is refused.
+    numa = gpu(gpu="1", mem="1000")
+    numa["metadata"]["annotations"] = {"xpushare.io/numa-bind": "yes"}
+    assert (await admit(sched, http, numa))["allowed"] is False
