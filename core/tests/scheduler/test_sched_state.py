@@ -12,6 +12,7 @@ from sched_helpers import (
     start_scheduler,
 )
 
+from xpushare.scheduler.objects import pod_view
 from xpushare.testing.apiserver import node, pod
 
 HAMI_REGISTER = (
@@ -166,3 +167,50 @@ async def test_restart_rebuilds_identical_state(api, sched, http):
         assert again.scheduler.ledger.snapshot() == before
     finally:
         await again.close()
+
+
+async def test_device_cordon_takes_single_devices_out_of_new_allocations(api, sched, http):
+    from xpushare.scheduler.cluster import MAX_CORDONED, cordoned_devices
+
+    add_nodes(api, 1, "2x A100-80GB")
+    running = create_pod(api, gpu_pod("running", gpu="1", mem="1000"))
+    await sched.settle(api)
+    with DevicePlugin(api):
+        assert (await sched.post(http, "bind", bind_args(running, "node-0"))) == {"Error": ""}
+    await sched.settle(api)
+    [held] = [d for d, used in used_memory(sched, "node-0").items() if used]
+    free = ({"MOCK-node-0-0", "MOCK-node-0-1"} - {held}).pop()
+    # The operator cordons the free GPU, live: the running pod stays counted on the other.
+    api.modify(
+        "nodes",
+        "node-0",
+        lambda o: o["metadata"]["annotations"].update(
+            {"hami.io/device-cordon": f" {free} ,GPU-elsewhere"}
+        ),
+    )
+    await sched.settle(api)
+    assert used_memory(sched, "node-0")[held] == 1000
+    two = create_pod(api, gpu_pod("two", gpu="2", mem="1000"))
+    result = await sched.post(http, "filter", filter_args(two, ["node-0"]))
+    assert result["NodeNames"] == []
+    why = (result["FailedNodes"] | result["FailedAndUnresolvableNodes"])["node-0"]
+    assert "cordoned" in why and "hami.io/device-cordon" in why
+    one = create_pod(api, gpu_pod("one", gpu="1", mem="1000"))
+    assert (await sched.post(http, "filter", filter_args(one, ["node-0"])))["NodeNames"] == [
+        "node-0"
+    ]
+    placer = sched.scheduler.placer
+    decided = placer.decide(placer.request(pod_view(one)), "node-0")
+    assert decided.containers[0].devices[0].device_id == held
+    # Uncordoned: both fit again.
+    api.modify(
+        "nodes", "node-0", lambda o: o["metadata"]["annotations"].pop("hami.io/device-cordon")
+    )
+    await sched.settle(api)
+    assert (await sched.post(http, "filter", filter_args(two, ["node-0"])))["NodeNames"] == [
+        "node-0"
+    ]
+    # The value is read bounded.
+    assert cordoned_devices("a," * (MAX_CORDONED * 3)) == {"a"}
+    assert len(cordoned_devices(",".join(f"d{i}" for i in range(MAX_CORDONED * 2)))) <= MAX_CORDONED
+    assert cordoned_devices("x" * 300 + ",ok") == {"ok"}

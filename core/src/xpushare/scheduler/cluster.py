@@ -24,6 +24,7 @@ from xpushare.codec import (
     HAMI_ILUVATAR_CHIPS,
     HAMI_KEYS,
     HANDOFF_KEY,
+    MAX_VALUE_BYTES,
     TERM_KEY,
     HamiSlice,
     Handoff,
@@ -51,6 +52,28 @@ Reporter = Callable[[str, ob.Object, str, str], None]
 # HAMi keys that embed a chip name (research/hami-protocol.md §8.1).
 _ASCEND_REGISTER = re.compile(r"^hami\.io/node-register-(Ascend[-A-Za-z0-9_.]*)$")
 _ASCEND_POD = re.compile(r"^hami\.io/(Ascend[-A-Za-z0-9_.]*)-devices-allocated$")
+
+#: Node annotation an operator sets to take single devices out of new allocations: their
+#: UUIDs, comma-separated (HAMi's, research/hami-protocol.md §2.1); live, no restart.
+CORDON_KEY = "hami.io/device-cordon"
+#: Devices read from it at most: more than any node has (HAMi reads them all; a value that
+#: names more is not a list of one node's devices).
+MAX_CORDONED = 1024
+#: Longest id taken from it: ids are UUIDs (NVIDIA's ``GPU-<uuid>``: 40 characters).
+MAX_DEVICE_ID_CHARS = 256
+
+
+def cordoned_devices(value: str | None) -> frozenset[str]:
+    """The device ids a ``hami.io/device-cordon`` value names (bounded: the first
+    :data:`MAX_CORDONED`, each as long as a device id may be)."""
+    if not value:
+        return frozenset()
+    out: set[str] = set()
+    for item in value[:MAX_VALUE_BYTES].split(",", MAX_CORDONED)[:MAX_CORDONED]:
+        item = item.strip()
+        if item and len(item) <= MAX_DEVICE_ID_CHARS:
+            out.add(item)
+    return frozenset(out)
 
 
 def _hami_percent(vendor: str, item: HamiSlice) -> int:
@@ -203,7 +226,7 @@ class ClusterState:
             if (
                 k.startswith("xpushare.io/inventory-")
                 or k.startswith("hami.io/node-")
-                or k == "metax-tech.com/node-gpu-devices"
+                or k in ("metax-tech.com/node-gpu-devices", CORDON_KEY)
             ):
                 _feed(digest, "a", k, v)
         for k, v in sorted(ob.labels_of(obj).items()):
@@ -231,7 +254,12 @@ class ClusterState:
             record.fingerprint = fingerprint
             devices = self._node_devices(obj)
             self._set_sizes(record, [(d.vendor, d.memory_mib) for d in devices])
-            self.ledger.set_node(name, devices, labels=ob.labels_of(obj))
+            self.ledger.set_node(
+                name,
+                devices,
+                labels=ob.labels_of(obj),
+                cordoned=cordoned_devices(ob.annotations_of(obj).get(CORDON_KEY)),
+            )
         annotations = ob.annotations_of(obj)
         term_raw = annotations.get(TERM_KEY)
         record.term = parse_term(term_raw)

@@ -80,7 +80,8 @@ def quick_reject(table: DeviceTable, demand: Demand) -> FitReason | None:
     if count > len(table.devices):
         return FitReason.TOO_FEW_DEVICES
     if count > table.n_healthy:
-        return FitReason.UNHEALTHY
+        # With cordoned devices the walk says which are which.
+        return FitReason.UNHEALTHY if not table.n_cordoned else None
     if count > table.n_usable:
         if count > table.n_healthy - table.n_held:
             return FitReason.HELD_EXCLUSIVELY
@@ -115,7 +116,7 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
             used_compute += e[2]
             held += e[3]
     if not d.healthy:
-        return FitReason.UNHEALTHY
+        return FitReason.CORDONED if d.cordoned else FitReason.UNHEALTHY
     if (demand.include_models or demand.exclude_models) and not demand.model_allowed(d.model_key):
         return FitReason.MODEL_MISMATCH
     if (demand.include_uuids and d.id not in demand.include_uuids) or d.id in demand.exclude_uuids:

@@ -23,7 +23,7 @@ from xpushare.models._compact import compact
 from xpushare.scheduling.state import MAX_MEMO_ENTRIES, DeviceState, DeviceTable, NodeState
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Collection, Iterable, Iterator, Mapping
 
 #: Node states whose shared answers the ledger keeps (each a dict of at most ``memo_limit``
 #: answers, mostly pointers to answers shared further: at the scheduler's 64, some 40 MB at
@@ -204,8 +204,13 @@ class UsageLedger:
         cpu_milli: int | None = None,
         memory_mib: int | None = None,
         labels: Mapping[str, str] | None = None,
+        cordoned: Collection[str] = (),
     ) -> NodeState:
         """Register or replace a node's inventory; its pods' usage is counted again on it.
+
+        ``cordoned``: ids of devices taken out of new allocations (HAMi's
+        ``hami.io/device-cordon``): unhealthy to every fit, the vendors' included, while
+        the pods already on them stay counted.
 
         ``cpu_milli`` and ``memory_mib`` are the node's allocatable host resources (``None``:
         not checked here, e.g. because kube-scheduler checks them itself). Costs O(devices +
@@ -213,6 +218,8 @@ class UsageLedger:
         """
         by_vendor: dict[str, list[Device]] = {}
         for device in devices:
+            if device.id in cordoned and device.healthy:
+                device = device.model_copy(update={"healthy": False})
             by_vendor.setdefault(device.vendor, []).append(device)
         state = self._nodes.get(name)
         if state is None:
@@ -229,7 +236,10 @@ class UsageLedger:
                 vendor,
                 [
                     DeviceState.from_device(
-                        d, self.memory_overcommit(vendor), self.compute_overcommit(vendor)
+                        d,
+                        self.memory_overcommit(vendor),
+                        self.compute_overcommit(vendor),
+                        cordoned=d.id in cordoned,
                     )
                     for d in ds
                 ],
@@ -477,6 +487,7 @@ class UsageLedger:
                     cpu_milli=state.cpu_alloc,
                     memory_mib=state.memory_alloc,
                     labels=state.labels,
+                    cordoned={d.id for t in state.tables.values() for d in t.devices if d.cordoned},
                 )
         for entry in self._entries.values():
             fresh.add(
