@@ -38,6 +38,7 @@ from xpushare.codec import (
     parse_term,
     vendor_of_inventory_key,
 )
+from xpushare.codec.hami_score import SCORE_KEY, decode_pair_links
 from xpushare.errors import CodecError
 from xpushare.models import Device, PodAssignment, PodRef
 from xpushare.models._compact import compact
@@ -199,7 +200,25 @@ class ClusterState:
                 devices.extend(decode_hami_node_devices(ann[key], vendor, key=key, node=node))
             except CodecError as exc:
                 self._report("node", obj, key, str(exc))
+        if SCORE_KEY in ann:
+            devices = self._with_pair_scores(obj, ann[SCORE_KEY], devices)
         return devices
+
+    def _with_pair_scores(self, obj: ob.Object, value: str, devices: list[Device]) -> list[Device]:
+        """NVIDIA GPUs without links of their own get those of HAMi's pair scores, so the
+        topology-aware choice works on nodes HAMi's device plugin registered (an inventory
+        of ours carries the links it measured, which win)."""
+        try:
+            links = decode_pair_links(value, node=ob.name(obj))
+        except CodecError as exc:
+            self._report("node", obj, SCORE_KEY, str(exc))
+            return devices
+        return [
+            d.model_copy(update={"links": links[d.id]})
+            if d.vendor == "nvidia" and not d.links and links.get(d.id)
+            else d
+            for d in devices
+        ]
 
     @staticmethod
     def _hami_register_keys(ann: dict[str, str]) -> Iterable[tuple[str, str, str | None]]:
