@@ -358,3 +358,41 @@ def test_a_vendor_with_its_own_fit_sees_used_devices_as_full_under_mutex() -> No
     placer.commit("a", first, placer.decide(first, "n"))
     assert _first_device(placer, pod(), "n") == "l0"
     assert _first_device(placer, pod(**_ann(gpu="mutex")), "n") == "l1"
+
+
+# -- HAMi's request defaults ----------------------------------------------------------------
+
+
+def test_default_memory_cores_and_memory_factor_apply_to_every_parse() -> None:
+    from xpushare.placement import PlacementConfig
+    from xpushare.placement.config import RequestDefaults
+
+    host = _host()
+    names = host.vendor("mock").spec.resource_names
+    config = PlacementConfig(
+        policy="binpack",
+        request_defaults={
+            "*": RequestDefaults(default_memory_mib=3000, default_compute_percent=25),
+            "mock": RequestDefaults(
+                default_memory_mib=2000, default_compute_percent=30, memory_factor=1024
+            ),
+        },
+    )
+    placer = Placer(UsageLedger(), host=host, config=config)
+
+    def demand(**limits: str) -> Any:
+        view = PodView(ref=PodRef(name="p"), containers=(ContainerView(name="c", limits=limits),))
+        [d] = placer.request(view).demands
+        return d
+
+    only_count = demand(**{names.count: "1"})
+    assert (only_count.memory_mib, only_count.compute) == (2000, 30)
+    given = demand(**{names.count: "1", str(names.memory): "8", str(names.compute): "10"})
+    assert (given.memory_mib, given.compute) == (8 * 1024, 10)
+    percent = demand(**{names.count: "1", str(names.memory_percent): "50"})
+    assert (percent.memory_mib, percent.memory_percent) == (None, 50)
+    # The webhook's host is the placer's: it parses alike; applying again changes nothing.
+    host.apply_request_defaults(config.request_defaults)
+    assert host.vendor("mock").spec.memory_unit_mib == 1024
+    with pytest.raises(ValueError, match="less than or equal to 100"):
+        RequestDefaults(default_compute_percent=101)

@@ -208,6 +208,9 @@ class Placer:
         self.ledger = ledger
         self.host = host
         self.config = config or PlacementConfig()
+        if host is not None and self.config.request_defaults:
+            # The vendors parse requests with them (the webhook's host is this one).
+            host.apply_request_defaults(self.config.request_defaults)
         if policy is None:
             policy = self.config.policy
         if isinstance(policy, str):

@@ -198,7 +198,9 @@ def xpushare_resource_request(
             f"{who}: asks memory both as {names.memory} and as {names.memory_percent}; "
             "keep one of them"
         )
-    compute = 0
+    if memory_mib is None and memory_percent is None and vendor.default_memory_mib:
+        memory_mib = vendor.default_memory_mib  # HAMi's defaultMemory
+    compute = vendor.default_compute_percent  # HAMi's defaultCores
     if raw_compute is not None:
         compute = _integer(
             raw_compute,
