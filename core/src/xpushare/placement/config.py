@@ -74,8 +74,7 @@ class PlacementConfig(BaseModel):
     seed: int = Field(default=0, description="seed of the random tie-break")
     request_defaults: dict[str, RequestDefaults] = Field(
         default_factory=dict,
-        description="per vendor ('*' for all): HAMi's defaultMemory, defaultCores and "
-        "memoryFactor",
+        description="per vendor ('*' for all): HAMi's defaultMemory, defaultCores and memoryFactor",
     )
 
     @field_validator("memory_overcommit", "compute_overcommit")
