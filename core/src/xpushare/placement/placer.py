@@ -817,6 +817,7 @@ class Placer:
             cpu_milli=request.cpu_milli,
             memory_mib=request.memory_mib,
             reserved=reserved,
+            namespace=request.pod.namespace if request.pod is not None else "",
         )
 
     # -- explanations ----------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from xpushare.models import Device, PodAssignment, PodRef
 from xpushare.models._compact import compact
 from xpushare.scheduler import objects as ob
 from xpushare.scheduling import UsageLedger
+from xpushare.scheduling.quota import QuotaBook
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +135,11 @@ class ClusterState:
         *,
         report: Reporter | None = None,
         clock: Callable[[], float] = time.time,
+        quotas: QuotaBook | None = None,
     ) -> None:
         self.ledger = ledger
+        #: The namespaces' device quotas (``None``: not watched, none enforced).
+        self.quotas = quotas
         self._clock = clock
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[str, PodRecord] = {}
@@ -148,10 +152,36 @@ class ClusterState:
         self.on_pod_deleted: list[Callable[[str], None]] = []
         self.nodes_synced = False
         self.pods_synced = False
+        #: Quotas are listed before the first decision, so a restart enforces them at once.
+        self.quotas_synced = quotas is None
 
     @property
     def synced(self) -> bool:
-        return self.nodes_synced and self.pods_synced
+        return self.nodes_synced and self.pods_synced and self.quotas_synced
+
+    # -- quotas ------------------------------------------------------------------------------------
+
+    def apply_quota(self, obj: ob.Object) -> None:
+        """A ResourceQuota was added or changed."""
+        if self.quotas is None:
+            return
+        spec = obj.get("spec")
+        hard = spec.get("hard") if isinstance(spec, dict) else None
+        for problem in self.quotas.set(ob.namespace(obj), ob.name(obj), hard or {}):
+            self._report("resourcequota", obj, "spec.hard", problem)
+
+    def delete_quota(self, obj: ob.Object) -> None:
+        if self.quotas is not None:
+            self.quotas.remove(ob.namespace(obj), ob.name(obj))
+
+    def replace_quotas(self, items: Iterable[ob.Object]) -> None:
+        if self.quotas is None:
+            return
+        objects = [o for o in items if isinstance(o, dict)]
+        self.quotas.replace([])
+        for obj in objects:
+            self.apply_quota(obj)
+        self.quotas_synced = True
 
     # -- queries -----------------------------------------------------------------------------------
 
@@ -414,7 +444,7 @@ class ClusterState:
             self._forget(key)
             return
         if entry is None or entry.reserved or entry.assignment != assignment:
-            self.ledger.add(key, assignment)
+            self.ledger.add(key, assignment, namespace=ob.namespace(obj))
         if record is None:
             record = PodRecord(
                 key,

@@ -33,7 +33,7 @@ from xpushare.errors import XpushareError
 
 log = logging.getLogger(__name__)
 
-Resource = Literal["nodes", "pods"]
+Resource = Literal["nodes", "pods", "resourcequotas"]
 Object = dict[str, Any]
 
 #: Items per page of a list: the apiserver's own default chunk for informers (client-go
@@ -193,6 +193,8 @@ class Kube:
     def _lister(self, resource: Resource) -> Any:
         if resource == "nodes":
             return self._core.list_node_without_preload_content
+        if resource == "resourcequotas":
+            return self._core.list_resource_quota_for_all_namespaces_without_preload_content
         return self._core.list_pod_for_all_namespaces_without_preload_content
 
     async def list(self, resource: Resource) -> tuple[list[Object], str]:

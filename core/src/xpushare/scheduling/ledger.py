@@ -56,6 +56,8 @@ class PodEntry:
     cpu_milli: int
     memory_mib: int
     reserved: bool
+    #: The pod's namespace ("" when unknown): its usage counts against the namespace's quota.
+    namespace: str = ""
 
 
 def charges_of(assignment: PodAssignment) -> tuple[Charge, ...]:
@@ -127,6 +129,9 @@ class UsageLedger:
         self._nodes: dict[str, NodeState] = {}
         self._inventory: dict[str, dict[str, tuple[Device, ...]]] = {}
         self._entries: dict[str, PodEntry] = {}
+        #: Per namespace and vendor: [device memory MiB, compute percent] its pods book
+        #: (reservations included), kept with every add and remove: what quotas compare to.
+        self._namespaces: dict[str, dict[str, list[int]]] = {}
         self._clock = 0
         self._next_index = 0
         self._shared: dict[int, dict[Any, Any]] = {}
@@ -156,6 +161,14 @@ class UsageLedger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def namespace_usage(self, namespace: str) -> Mapping[str, tuple[int, int]]:
+        """Per vendor, the (device memory MiB, compute percent) *namespace*'s pods book."""
+        return {v: (u[0], u[1]) for v, u in self._namespaces.get(namespace, {}).items()}
+
+    def namespaces(self) -> list[str]:
+        """The namespaces whose pods book devices now."""
+        return sorted(self._namespaces)
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
@@ -279,11 +292,12 @@ class UsageLedger:
         cpu_milli: int = 0,
         memory_mib: int = 0,
         reserved: bool = False,
+        namespace: str = "",
     ) -> PodEntry:
         """Count a pod's usage (replacing what was counted for *key* before).
 
         *assignment* ``None`` records a pod without devices (host resources only) on *node*.
-        Costs O(devices of the pod).
+        *namespace*: whose quota the usage counts against. Costs O(devices of the pod).
         """
         if assignment is not None:
             node = assignment.node
@@ -300,6 +314,7 @@ class UsageLedger:
             cpu_milli=cpu_milli,
             memory_mib=memory_mib,
             reserved=reserved,
+            namespace=namespace,
         )
         state = self._nodes.get(node)
         if state is None:
@@ -310,7 +325,21 @@ class UsageLedger:
         self._entries[key] = entry
         state.pods.add(key)
         self._apply(state, entry, +1)
+        self._count_namespace(entry, +1)
         return entry
+
+    def _count_namespace(self, entry: PodEntry, sign: int) -> None:
+        if not entry.charges:
+            return
+        vendors = self._namespaces.setdefault(entry.namespace, {})
+        for c in entry.charges:
+            used = vendors.setdefault(c.vendor, [0, 0])
+            used[0] += sign * c.memory
+            used[1] += sign * c.compute
+            if used == [0, 0]:
+                del vendors[c.vendor]
+        if not vendors:
+            del self._namespaces[entry.namespace]
 
     def remove(self, key: str) -> bool:
         """Stop counting a pod; ``False`` if it was not counted. O(devices of the pod)."""
@@ -320,15 +349,29 @@ class UsageLedger:
         state = self._nodes[entry.node]
         state.pods.discard(key)
         self._apply(state, entry, -1)
+        self._count_namespace(entry, -1)
         if not state.pods and entry.node not in self._inventory:
             del self._nodes[entry.node]
         return True
 
     def reserve(
-        self, key: str, assignment: PodAssignment, *, cpu_milli: int = 0, memory_mib: int = 0
+        self,
+        key: str,
+        assignment: PodAssignment,
+        *,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+        namespace: str = "",
     ) -> PodEntry:
         """Count a decision not yet bound: it is used from now on, until released or bound."""
-        return self.add(key, assignment, cpu_milli=cpu_milli, memory_mib=memory_mib, reserved=True)
+        return self.add(
+            key,
+            assignment,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
+            reserved=True,
+            namespace=namespace,
+        )
 
     def release(self, key: str) -> bool:
         """Drop a reservation (the bind failed or was abandoned); a bound pod stays."""
@@ -497,5 +540,6 @@ class UsageLedger:
                 cpu_milli=entry.cpu_milli,
                 memory_mib=entry.memory_mib,
                 reserved=entry.reserved,
+                namespace=entry.namespace,
             )
         return fresh.snapshot()

@@ -51,6 +51,7 @@ _KINDS = {
     "leases": "Lease",
     "namespaces": "Namespace",
     "configmaps": "ConfigMap",
+    "resourcequotas": "ResourceQuota",
 }
 
 # Enough for every test's churn; the real server keeps about five minutes of etcd history.
