@@ -184,6 +184,14 @@ def _run(
     show_default=True,
     help="Re-detect when this file disappears (MIG changes); empty to disable.",
 )
+@click.option(
+    "--hami-metrics/--no-hami-metrics",
+    envvar="XPUSHARE_NODE_HAMI_METRICS",
+    default=False,
+    show_default=True,
+    help="Also export HAMi's vGPU monitor metrics (hami_vgpu_memory_used_bytes, ...) for "
+    "HAMi's Grafana dashboard.",
+)
 def command(
     node_name: str,
     device_plugin_dir: Path,
@@ -199,6 +207,7 @@ def command(
     reconcile_interval: float,
     allocate_deadline: float,
     partition_lock: str,
+    hami_metrics: bool,
 ) -> None:
     """Run the node agent: one per node, as a DaemonSet.
 
@@ -227,6 +236,7 @@ def command(
             partition_lock_path=Path(partition_lock) if partition_lock else None,
             state_dir=state_dir,
             pod_resources_socket=Path(pod_resources_socket) if pod_resources_socket else None,
+            hami_metrics=hami_metrics,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

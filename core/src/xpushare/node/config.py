@@ -85,6 +85,9 @@ class NodeConfig:
     #: watch): two seconds frees an instance soon after its pod ends, at 0.5 calls a second
     #: against kubelet's limit of 100 (research/k8s-apis.md §2.1).
     release_poll_s: float = 2.0
+    #: Export HAMi's vGPU monitor metrics too (hami_vgpu_memory_used_bytes, ...), so HAMi's
+    #: Grafana dashboard works unchanged (docs/migrate-from-hami.md).
+    hami_metrics: bool = False
 
     @property
     def ledger_dir(self) -> Path:

@@ -38,6 +38,7 @@ from xpushare.scheduler.connections import (
 )
 from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.extender import BadRequest, Extender
+from xpushare.scheduler.hami_metrics import HamiSnapshot, hami_device_rows, hami_quota_rows
 from xpushare.scheduler.handoff import HandoffManager
 from xpushare.scheduler.informer import Handlers, Informer
 from xpushare.scheduler.kube import Kube
@@ -154,7 +155,7 @@ class Scheduler:
         self.identity = (
             identity or config.leader.identity or (f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
         )
-        self.metrics = SchedulerMetrics()
+        self.metrics = SchedulerMetrics(hami_names=config.metrics.hami_names)
         placement = config.placement
         self.ledger = UsageLedger(
             memory_overcommit=placement.memory_overcommit,
@@ -441,7 +442,12 @@ class Scheduler:
         rows = ledger_rows(self.ledger)
         namespaces = namespace_rows(self.ledger)
         quotas = quota_rows(self.ledger, self.cluster.quotas)
-        text = await asyncio.to_thread(self.metrics.render, rows, namespaces, quotas)
+        hami = None
+        if self.metrics.hami is not None:
+            hami = HamiSnapshot(
+                hami_device_rows(self.ledger), hami_quota_rows(self.ledger, self.cluster.quotas)
+            )
+        text = await asyncio.to_thread(self.metrics.render, rows, namespaces, quotas, hami)
         return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
 
     def web_app(self, *, probes_only: bool = False) -> web.Application:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from xpushare.scheduler.hami_metrics import HamiCollector, HamiSnapshot
 from xpushare.scheduling import UsageLedger
 from xpushare.scheduling.quota import QuotaBook
 
@@ -163,9 +164,10 @@ class _DeviceCollector(Collector):
 
 
 class SchedulerMetrics:
-    """Every metric the scheduler exports."""
+    """Every metric the scheduler exports (with *hami_names*, HAMi's scheduler metrics too:
+    :mod:`xpushare.scheduler.hami_metrics`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hami_names: bool = False) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.request_seconds = Histogram(
@@ -254,16 +256,23 @@ class SchedulerMetrics:
         )
         self._snapshot = _Snapshot()
         r.register(_DeviceCollector(self._snapshot))
+        self.hami: HamiSnapshot | None = None
+        if hami_names:
+            self.hami = HamiSnapshot()
+            r.register(HamiCollector(self.hami))
 
     def render(
         self,
         rows: list[DeviceRow],
         namespaces: list[NamespaceRow] | None = None,
         quotas: list[QuotaRow] | None = None,
+        hami: HamiSnapshot | None = None,
     ) -> bytes:
         """The exposition text with *rows* as the device gauges, *namespaces* and *quotas*
-        as the namespace and quota gauges (may run off the loop)."""
+        as the namespace and quota gauges, *hami* as HAMi's (may run off the loop)."""
         self._snapshot.rows = rows
         self._snapshot.namespaces = namespaces or []
         self._snapshot.quotas = quotas or []
+        if self.hami is not None and hami is not None:
+            self.hami.devices, self.hami.quotas = hami.devices, hami.quotas
         return generate_latest(self.registry)
