@@ -18,7 +18,7 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SELECTOR = re.compile(rf"({_NAME})\s*\{{([^}}]*)\}}")
 _BARE = re.compile(rf"\b({_NAME})\b(?!\s*\()")
 _MATCHER = re.compile(rf"({_NAME})\s*(?:=~|!~|!=|=)")
-_GROUPING = re.compile(rf"\b(?:by|on|ignoring|without)\s*\(([^)]*)\)")
+_GROUPING = re.compile(r"\b(?:by|on|ignoring|without)\s*\(([^)]*)\)")
 _LABEL_VALUES = re.compile(rf"label_values\(\s*({_NAME})\s*,\s*({_NAME})\s*\)")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KEYWORDS = frozenset(
