@@ -167,8 +167,11 @@ def policy_warnings(annotations: Mapping[str, str], known: Collection[str]) -> l
 # -- HAMi's device order -------------------------------------------------------------------------
 
 
-def device_score(d: DeviceState, demand: Demand, weights: tuple[int, int, int]) -> float:
-    """HAMi's device score (gpu_policy.go ComputeScore): how full *d* is with *demand* on it.
+def device_score(
+    d: DeviceState, demand: Demand | None, weights: tuple[int, int, int] = DEFAULT_WEIGHTS
+) -> float:
+    """HAMi's device score (gpu_policy.go ComputeScore): how full *d* is with *demand* on it
+    (``None``: as it is).
 
     ``10 x (w_slot x (1 + used)/slots + w_core x (compute + used)/cap + w_mem x (mem +
     used)/cap)``; 0 for a device without slots, compute or memory, as there.
@@ -176,10 +179,13 @@ def device_score(d: DeviceState, demand: Demand, weights: tuple[int, int, int]) 
     if not d.slots or not d.compute_cap or not d.memory_cap:
         return 0.0
     slot, core, memory = weights
+    asked, compute, mib = (
+        (1, demand.compute, demand.memory_for(d.memory_mib)) if demand is not None else (0, 0, 0)
+    )
     return SCORE_SCALE * (
-        slot * (1 + d.used_slots) / d.slots
-        + core * (demand.compute + d.used_compute) / d.compute_cap
-        + memory * (demand.memory_for(d.memory_mib) + d.used_memory) / d.memory_cap
+        slot * (asked + d.used_slots) / d.slots
+        + core * (compute + d.used_compute) / d.compute_cap
+        + memory * (mib + d.used_memory) / d.memory_cap
     )
 
 
@@ -212,11 +218,13 @@ class HamiDeviceOrder:
         for d in table.devices:
             score = device_score(d, demand, weights)
             numa = d.numa if d.numa is not None and d.numa > 0 else 0
-            keys.append((self._key(score, numa, d.used_slots, numa_bind), d.index, d))
+            keys.append((self.sort_key(score, numa, d.used_slots, numa_bind), d.index, d))
         keys.sort(key=lambda k: (k[0], k[1]), reverse=True)
         return [k[2] for k in keys]
 
-    def _key(self, score: float, numa: int, used: int, numa_bind: bool) -> tuple[float, ...]:
+    def sort_key(self, score: float, numa: int, used: int, numa_bind: bool) -> tuple[float, ...]:
+        """HAMi's ``Less`` as a key of one device: a device sorts before another when its key
+        is smaller (in a chain, the index breaks remaining ties; see :meth:`__call__`)."""
         if self.chained:
             chain = self.chain or (SPREAD,)
             if numa_bind and chain[0] != NUMA:
