@@ -667,3 +667,11 @@ async def test_what_hami_clamps_or_ignores_is_admitted_with_a_warning(sched, htt
     numa = gpu(gpu="1", mem="1000")
     numa["metadata"]["annotations"] = {"xpushare.io/numa-bind": "yes"}
     assert (await admit(sched, http, numa))["allowed"] is False
+
+
+async def test_a_memory_of_zero_shares_the_device_as_in_hami(sched, http):
+    response = await admit(sched, http, gpu(gpu="1", mem="0"))
+    result = patched(gpu(gpu="1", mem="0"), response)
+    # Taken as not given (whole memory), yet not made exclusive: a memory resource was written.
+    assert CORES not in result["spec"]["containers"][0]["resources"]["limits"]
+    assert any(f"{MEM} 0 is taken as not given" in w for w in response["warnings"])

@@ -126,3 +126,13 @@ def test_what_hami_clamps_or_ignores_is_taken_as_hami_takes_it_and_said() -> Non
         _leniencies({**one, "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "1"})
         == []
     )
+
+
+def test_a_memory_of_zero_is_as_if_not_given() -> None:
+    one = {"nvidia.com/gpu": "1"}
+    # HAMi-core reads a 0 limit as none: booking 0 MiB would give the whole device unbooked.
+    zero = parse({**one, "nvidia.com/gpumem": "0"})
+    assert (zero.memory_mib, zero.memory_percent) == (None, None)
+    [said] = _leniencies({**one, "nvidia.com/gpumem": "0"})
+    assert "nvidia.com/gpumem 0 is taken as not given" in said
+    assert _leniencies({**one, "nvidia.com/gpumem": "10"}) == []

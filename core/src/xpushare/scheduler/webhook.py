@@ -498,10 +498,16 @@ class Webhook:
             additions: dict[str, str] = {}
             if names.count not in container.limits and names.count not in container.requests:
                 additions[names.count] = str(request.count)
+            # HAMi's rule: only where no memory resource is written at all (a memory of 0 is
+            # taken as not given, yet its container shares the device).
             whole = (
                 request.memory_mib is None
                 and request.memory_percent is None
                 and request.compute_percent == 0
+                and not any(
+                    n is not None and (n in container.limits or n in container.requests)
+                    for n in (names.memory, names.memory_percent)
+                )
             )
             if (
                 self.config.whole_device_exclusive

@@ -15,8 +15,9 @@ hook out gets these, and one that implements it may still return ``None`` to fal
   :data:`~xpushare.models.request.MAX_DEVICE_MEMORY_MIB`). What HAMi clamps or ignores is
   taken as HAMi takes it, so a HAMi user's specs work unchanged, and :func:`hami_leniencies`
   says what was changed (the webhook passes it on as admission warnings): compute above 100
-  is 100, a memory percent above 100 is 100 and one of 0 is ignored, a HAMi ``numa-bind``
-  that is not a Go boolean is false.
+  is 100, a memory percent above 100 is 100 and one of 0 is ignored, so is a memory of 0
+  (HAMi-core would read a 0 limit as none), a HAMi ``numa-bind`` that is not a Go boolean
+  is false.
 * ``xpushare_fit`` is :func:`xpushare.scheduling.default_fit`.
 * ``xpushare_register_policies`` registers the core's placement policies.
 """
@@ -181,7 +182,9 @@ def xpushare_resource_request(
         )
         if memory < 0:
             raise ValueError(f"{who}: {names.memory} must be >= 0, got {shown(raw_memory)}")
-        memory_mib = memory * vendor.memory_unit_mib
+        # 0 is as if not given, as in HAMi: booking 0 MiB would hand HAMi-core a limit of
+        # 0, which it reads as "no limit" (the whole device, unbooked).
+        memory_mib = memory * vendor.memory_unit_mib or None
     memory_percent = None
     if raw_percent is not None:
         memory_percent = _integer(
@@ -258,6 +261,11 @@ def hami_leniencies(vendor: VendorSpec, pod: PodView, container: ContainerView) 
         out.append(
             f"{who}: {names.compute} {compute} is above 100 % of a device; taken as 100 "
             "(the device exclusively), as HAMi does"
+        )
+    if _number(_value(container, names.memory)) == 0:
+        out.append(
+            f"{who}: {names.memory} 0 is taken as not given, as HAMi does (the container gets "
+            "the memory of a request without one, not an unlimited share)"
         )
     percent = _number(_value(container, names.memory_percent))
     if percent is not None and percent > MAX_PERCENT:
