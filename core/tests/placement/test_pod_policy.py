@@ -396,3 +396,13 @@ def test_default_memory_cores_and_memory_factor_apply_to_every_parse() -> None:
     assert host.vendor("mock").spec.memory_unit_mib == 1024
     with pytest.raises(ValueError, match="less than or equal to 100"):
         RequestDefaults(default_compute_percent=101)
+
+
+def test_node_policies_nobody_registered_share_the_binpack_placer() -> None:
+    host = _host()
+    ledger = _fleet(host, a=[0, 0])
+    placer = Placer(ledger, "spread", host=host)
+    first = placer.for_request(placer.request(_pod(host, **_ann("nope-1"))))
+    second = placer.for_request(placer.request(_pod(host, **_ann("nope-2"))))
+    binpack = placer.for_request(placer.request(_pod(host, **_ann("binpack"))))
+    assert first is second is binpack and first.policy.name == "binpack"

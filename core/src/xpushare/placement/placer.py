@@ -23,6 +23,7 @@ per trace replay):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import operator
@@ -273,13 +274,31 @@ class Placer:
         if choice is None or choice == self.pod_policy:
             return self
         found = self._variants.get(choice)
-        if found is None and self.pod_policy is None and self._same_as_mine(choice):
-            found = self._variants[choice] = self
+        if found is not None:
+            return found
+        if len(self._variants) >= MAX_POD_POLICIES:
+            self._variants.clear()
+        normal = self._known(choice)
+        found = self._variants.get(normal)
         if found is None:
-            if len(self._variants) >= MAX_POD_POLICIES:
-                self._variants.clear()
-            found = self._variants[choice] = self._variant(choice)
+            if self.pod_policy is None and self._same_as_mine(normal):
+                found = self
+            else:
+                found = self._variants[normal] = self._variant(normal)
+        self._variants[choice] = found
         return found
+
+    def _known(self, choice: PodPolicy) -> PodPolicy:
+        """*choice* with a node policy no one registered read as binpack, as HAMi reads it
+        (so names nobody knows share one placer)."""
+        name = choice.node
+        if name is None or name in self._policies:
+            return choice
+        registry = self._registry = self._registry or policy_registry(self.host)
+        if name in registry:
+            return choice
+        log.warning("a pod's node policy %r is not a registered policy: binpack, as HAMi", name)
+        return dataclasses.replace(choice, node=BINPACK)
 
     def _same_as_mine(self, choice: PodPolicy) -> bool:
         """Whether *choice* decides as this placer does (it names the cluster's policy)."""
@@ -290,14 +309,8 @@ class Placer:
         )
 
     def _variant(self, choice: PodPolicy) -> Placer:
+        """The placer of *choice* (its node policy registered): built once, kept."""
         name = choice.node
-        if name is not None and name not in self._policies:
-            registry = self._registry = self._registry or policy_registry(self.host)
-            if name not in registry:
-                log.warning(
-                    "a pod's node policy %r is not a registered policy: binpack, as HAMi does", name
-                )
-                name = BINPACK
         policy = self.policy if name is None else self._policies.get(name)
         if policy is None and name is not None:
             registry = self._registry = self._registry or policy_registry(self.host)
