@@ -79,6 +79,16 @@ async def test_the_scheduler_exports_what_the_dashboard_reads(api, http):
     assert cores[booked[0]] == 30
     ratio = {s[0]["device_uuid"]: s[1] for s in samples["hami_node_gpu_memory_allocated_ratio"]}
     assert ratio[booked[0]] == 20000 / 81920
+    (container,) = samples["hami_vgpu_memory_allocated_bytes"]
+    assert container[1] == 20000 * MIB
+    assert container[0] | {"device_uuid": ""} == {
+        "namespace": "team",
+        "node": "node-0",
+        "pod": "p",
+        "container_index": "0",
+        "device_uuid": "",
+    }
+    assert [v for _, v in samples["hami_vgpu_core_allocated_ratio"]] == [30]
     (quota,) = samples["hami_resource_quota_used"]
     assert quota == (
         {"namespace": "team", "quota_name": "xpushare.io/mock-gpumem", "limit": "60000"},

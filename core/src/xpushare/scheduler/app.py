@@ -38,7 +38,12 @@ from xpushare.scheduler.connections import (
 )
 from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.extender import BadRequest, Extender
-from xpushare.scheduler.hami_metrics import HamiSnapshot, hami_device_rows, hami_quota_rows
+from xpushare.scheduler.hami_metrics import (
+    HamiSnapshot,
+    hami_container_rows,
+    hami_device_rows,
+    hami_quota_rows,
+)
 from xpushare.scheduler.handoff import HandoffManager
 from xpushare.scheduler.informer import Handlers, Informer
 from xpushare.scheduler.kube import Kube
@@ -445,7 +450,9 @@ class Scheduler:
         hami = None
         if self.metrics.hami is not None:
             hami = HamiSnapshot(
-                hami_device_rows(self.ledger), hami_quota_rows(self.ledger, self.cluster.quotas)
+                hami_device_rows(self.ledger),
+                hami_quota_rows(self.ledger, self.cluster.quotas),
+                hami_container_rows(self.ledger, self.cluster.pods),
             )
         text = await asyncio.to_thread(self.metrics.render, rows, namespaces, quotas, hami)
         return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})

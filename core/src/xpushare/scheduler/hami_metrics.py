@@ -10,7 +10,7 @@ agent exports HAMi's vGPU monitor names next to these (``xpushare.node.metrics``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,9 @@ MIB = 1024 * 1024
 HamiDeviceRow = tuple[str, str, int, str, int, int, int, int, int]
 #: One row per capped resource: (namespace, resource name, cap, booked).
 HamiQuotaRow = tuple[str, str, int, int]
+#: One row per container and device of a bound pod: (namespace, node, pod, container index,
+#: device id, memory MiB, compute %).
+HamiContainerRow = tuple[str, str, str, int, str, int, int]
 
 
 def hami_device_rows(ledger: UsageLedger) -> list[HamiDeviceRow]:
@@ -47,6 +50,34 @@ def hami_device_rows(ledger: UsageLedger) -> list[HamiDeviceRow]:
         for table in state.tables.values()
         for d in table.devices
     ]
+
+
+def hami_container_rows(ledger: UsageLedger, pods: Mapping[str, Any]) -> list[HamiContainerRow]:
+    """Each bound pod's containers and their devices (*pods*: the cluster's pod records by
+    ledger key, which name them); decisions not yet bound are left out, as in HAMi.
+
+    ``container_index`` is the container's place in the pod's assignment.
+    """
+    rows: list[HamiContainerRow] = []
+    for entry in ledger.entries():
+        record = pods.get(entry.key)
+        if entry.reserved or entry.assignment is None or record is None:
+            continue
+        ref = record.ref
+        for index, container in enumerate(entry.assignment.containers):
+            for s in container.devices:
+                rows.append(
+                    (
+                        ref.namespace,
+                        entry.node,
+                        ref.name,
+                        index,
+                        s.device_id,
+                        s.memory_mib,
+                        s.compute_percent,
+                    )
+                )
+    return rows
 
 
 def hami_quota_rows(ledger: UsageLedger, quotas: QuotaBook | None) -> list[HamiQuotaRow]:
@@ -73,6 +104,7 @@ def hami_quota_rows(ledger: UsageLedger, quotas: QuotaBook | None) -> list[HamiQ
 class HamiSnapshot:
     devices: list[HamiDeviceRow] = field(default_factory=list)
     quotas: list[HamiQuotaRow] = field(default_factory=list)
+    containers: list[HamiContainerRow] = field(default_factory=list)
 
 
 class HamiCollector(Collector):
@@ -149,3 +181,18 @@ class HamiCollector(Collector):
             quota_limit.add_metric([namespace, resource], float(cap))
         yield quota_used
         yield quota_limit
+        clabels = ["namespace", "node", "pod", "container_index", "device_uuid"]
+        container_memory = GaugeMetricFamily(
+            "hami_vgpu_memory_allocated_bytes",
+            "Device memory booked for a container",
+            labels=clabels,
+        )
+        container_cores = GaugeMetricFamily(
+            "hami_vgpu_core_allocated_ratio", "Device cores booked for a container", labels=clabels
+        )
+        for namespace, node, pod, index, uuid, memory, cores in self._snapshot.containers:
+            key = [namespace, node, pod, str(index), uuid]
+            container_memory.add_metric(key, float(memory * MIB))
+            container_cores.add_metric(key, float(cores))
+        yield container_memory
+        yield container_cores

@@ -275,4 +275,5 @@ class SchedulerMetrics:
         self._snapshot.quotas = quotas or []
         if self.hami is not None and hami is not None:
             self.hami.devices, self.hami.quotas = hami.devices, hami.quotas
+            self.hami.containers = hami.containers
         return generate_latest(self.registry)
