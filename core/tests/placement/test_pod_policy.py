@@ -127,6 +127,11 @@ def test_annotations_parse_to_a_pod_policy_and_none_without_them() -> None:
     assert choice == PodPolicy(node="spread", device="mutex,binpack,numa", weights=(1, 0, 3))
     assert choice.mutex and not choice.topology
     assert pod_policy(_ann(gpu="topology-aware")).topology  # type: ignore[union-attr]
+    # A comma keeps HAMi's chain mode (its ties go by index, not by NUMA).
+    one = pod_policy(_ann(gpu=" binpack , "))
+    assert one is not None and one.device == "binpack,"
+    assert HamiDeviceOrder(one.device).chained and not HamiDeviceOrder("binpack").chained
+    assert policy_warnings(_ann(gpu="binpack,"), ["binpack"]) == []
 
 
 @pytest.mark.parametrize(

@@ -122,3 +122,20 @@ def test_the_ledger_counts_each_namespace(sign: int) -> None:
     ledger.remove("a" if sign > 0 else "b")
     ledger.release("b")
     assert ledger.namespace_usage("team") == ({} if sign > 0 else {"nvidia": (3000, 30)})
+
+
+def test_the_quotas_kept_are_bounded_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xpushare.scheduling import quota
+
+    monkeypatch.setattr(quota, "MAX_QUOTAS", 3)
+    quotas = book()
+    for i in range(3):
+        assert quotas.set(f"ns{i}", "q", {f"limits.{MEM}": "1"}) == []
+    [refused] = quotas.set("ns9", "q", {f"limits.{MEM}": "1"})
+    assert "more than 3 quotas" in refused and quotas.limits("ns9") == ()
+    quotas.set("ns0", "q", {f"limits.{MEM}": "2"})  # a change of a kept one is taken
+    assert [c.limit for c in quotas.limits("ns0")] == [2] and len(quotas) == 3
+    quotas.set("ns1", "q", {"requests.cpu": "1"})  # no device cap left: dropped
+    quotas.remove("ns2", "q")
+    quotas.remove("ns2", "q")
+    assert len(quotas) == 1

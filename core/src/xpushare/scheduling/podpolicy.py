@@ -115,11 +115,13 @@ def parse_weights(value: str) -> tuple[int, int, int]:
 
 
 def _gpu_policy(value: str) -> str:
-    """The GPU policy with spaces around tokens and empty tokens dropped."""
+    """The GPU policy with spaces around tokens and empty tokens dropped; a value with a
+    comma stays a chain (``binpack,`` sorts as HAMi's chain of one key, not as ``binpack``)."""
     text = _bounded(GPU_POLICY_KEY, value)
     if "," not in text:
         return text
-    return ",".join(t for t in (p.strip() for p in text.split(",")) if t)
+    chain = ",".join(t for t in (p.strip() for p in text.split(",")) if t)
+    return chain if "," in chain else chain + ","
 
 
 def pod_policy(annotations: Mapping[str, str]) -> PodPolicy | None:
@@ -155,7 +157,7 @@ def policy_warnings(annotations: Mapping[str, str], known: Collection[str]) -> l
             f"{', '.join(sorted(known))}); the node policy is binpack, as in HAMi"
         )
     if choice.device is not None:
-        unknown = [t for t in choice.device.split(",") if t not in GPU_TOKENS]
+        unknown = [t for t in choice.device.split(",") if t and t not in GPU_TOKENS]
         if unknown:
             out.append(
                 f"annotation {GPU_POLICY_KEY}: {', '.join(map(repr, unknown))} ignored, as "

@@ -67,18 +67,21 @@ class QuotaBook:
 
     def __init__(self, resources: Mapping[str, QuotaResource]) -> None:
         self.resources = dict(resources)
-        self._quotas: dict[tuple[str, str], tuple[QuotaLimit, ...]] = {}
+        #: Per namespace, per quota name, its caps (only quotas with a device cap).
+        self._quotas: dict[str, dict[str, tuple[QuotaLimit, ...]]] = {}
+        #: Per namespace, every cap of its quotas (what a decision reads).
         self._by_namespace: dict[str, tuple[QuotaLimit, ...]] = {}
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._quotas)
+        return self._count
 
     def set(self, namespace: str, name: str, hard: Any) -> list[str]:
         """A quota was added or changed; what could not be read, one sentence each (the
         quota's other caps still apply)."""
         problems: list[str] = []
-        key = (namespace, name)
-        if key not in self._quotas and len(self._quotas) >= MAX_QUOTAS:
+        known = self._quotas.get(namespace) or {}
+        if name not in known and self._count >= MAX_QUOTAS:
             return [
                 f"ResourceQuota {namespace}/{name}: more than {MAX_QUOTAS:,} quotas are "
                 "watched; its device caps are not enforced"
@@ -115,33 +118,39 @@ class QuotaBook:
                 QuotaLimit(namespace, name, hard_key, what.vendor, what.kind, limit, text)
             )
         if limits:
-            self._quotas[key] = tuple(limits)
-        else:
-            self._quotas.pop(key, None)
+            self._count += name not in known
+            known[name] = tuple(limits)
+            self._quotas[namespace] = known
+        elif known.pop(name, None) is not None:
+            self._count -= 1
         self._index(namespace)
         return problems
 
     def remove(self, namespace: str, name: str) -> None:
-        if self._quotas.pop((namespace, name), None) is not None:
+        known = self._quotas.get(namespace)
+        if known is not None and known.pop(name, None) is not None:
+            self._count -= 1
             self._index(namespace)
 
     def replace(self, items: Iterable[tuple[str, str, Any]]) -> list[str]:
         """Every quota, as a fresh list (a relist); what could not be read."""
         self._quotas.clear()
         self._by_namespace.clear()
+        self._count = 0
         problems: list[str] = []
         for namespace, name, hard in items:
             problems.extend(self.set(namespace, name, hard))
         return problems
 
     def _index(self, namespace: str) -> None:
-        found = tuple(
-            limit for (ns, _), limits in self._quotas.items() if ns == namespace for limit in limits
-        )
+        """Rebuild *namespace*'s caps from its quotas (a few: O(caps of the namespace))."""
+        known = self._quotas.get(namespace, {})
+        found = tuple(limit for limits in known.values() for limit in limits)
         if found:
             self._by_namespace[namespace] = found
         else:
             self._by_namespace.pop(namespace, None)
+            self._quotas.pop(namespace, None)
 
     def limits(self, namespace: str) -> tuple[QuotaLimit, ...]:
         return self._by_namespace.get(namespace, ())
