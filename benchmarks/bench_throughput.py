@@ -66,7 +66,18 @@ def _devices(vendor: str, name: str, mig: bool = False) -> list[Any]:
     ]
 
 
-def _cluster(queue: Any, vendor: str, nodes: int, pods: int, mig: bool = False) -> None:
+#: ``--pod-policies``: every other pod names its own policies (HAMi's annotations), by turns
+#: one of these choices, so the per-pod placers are exercised beside the cluster's.
+POD_POLICIES = (
+    {"hami.io/node-scheduler-policy": "spread"},
+    {"hami.io/gpu-scheduler-policy": "mutex,binpack,numa"},
+    {"hami.io/node-scheduler-policy": "binpack", "hami.io/gpu-scheduler-policy": "spread"},
+)
+
+
+def _cluster(
+    queue: Any, vendor: str, nodes: int, pods: int, mig: bool = False, pod_policies: bool = False
+) -> None:
     """Child process: the API server, the fleet, the pending pods, the node agents."""
     from xpushare.codec import HANDOFF_KEY, encode_inventory, inventory_key
     from xpushare.testing.apiserver import FakeApiServer, RecordedRequest, node, pod
@@ -83,7 +94,12 @@ def _cluster(queue: Any, vendor: str, nodes: int, pods: int, mig: bool = False) 
         rng = random.Random(7)
         for i in range(pods):
             size = rng.choice((4000, 8000, 10000, 16000, 20000, 40000))
-            api.put("pods", pod(f"p-{i:06d}", limits={gpu: "1", mem: str(size)}))
+            obj = pod(f"p-{i:06d}", limits={gpu: "1", mem: str(size)})
+            if pod_policies and i % 2:
+                obj["metadata"].setdefault("annotations", {}).update(
+                    POD_POLICIES[(i // 2) % len(POD_POLICIES)]
+                )
+            api.put("pods", obj)
         loop = asyncio.get_running_loop()
 
         def release(node_name: str) -> None:
@@ -223,7 +239,7 @@ async def run(args: argparse.Namespace) -> None:
     queue = ctx.Queue()
     child = ctx.Process(
         target=_cluster,
-        args=(queue, args.vendor, args.nodes, args.pods, args.mig),
+        args=(queue, args.vendor, args.nodes, args.pods, args.mig, args.pod_policies),
         daemon=True,
     )
     child.start()
@@ -343,6 +359,12 @@ def main() -> None:
         "--mig",
         action="store_true",
         help="with --vendor nvidia: GPUs in dynamic MIG mode (A100-80GB geometry)",
+    )
+    parser.add_argument(
+        "--pod-policies",
+        action="store_true",
+        help="every other pod names its own policies (hami.io/node-scheduler-policy, "
+        "hami.io/gpu-scheduler-policy), three choices by turns",
     )
     parser.add_argument("--profile", metavar="FILE", help="cProfile the scheduler into FILE")
     args = parser.parse_args()

@@ -96,3 +96,33 @@ def test_every_vendor_plugin_has_a_values_entry():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     host = PluginHost.from_environment(environ={})
     assert set(host.vendors) <= set(values["vendors"])
+
+
+def test_hami_compatibility_values_reach_the_scheduler_and_the_agents(tmp_path):
+    values = {
+        "metrics": {"hamiNames": True},
+        "scheduler": {
+            "placement": {
+                "requestDefaults": {
+                    "*": {"default_memory_mib": 4096, "default_compute_percent": 10}
+                }
+            }
+        },
+    }
+    objects = render(values)
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(yaml.safe_dump(config_file(objects, "scheduler.yaml")))
+    config = load_config(path, environ={})
+    assert config.metrics.hami_names
+    assert config.placement.request_defaults["*"].default_memory_mib == 4096
+    vendor_file = tmp_path / "node-vendors.yaml"
+    vendor_file.write_text(yaml.safe_dump(config_file(objects, "node-vendors.yaml")))
+    for daemonset in find(objects, "DaemonSet"):
+        args = [
+            a.replace("/etc/xpushare/config/node-vendors.yaml", str(vendor_file))
+            for a in daemonset["spec"]["template"]["spec"]["containers"][0]["args"][1:]
+        ]
+        ctx = node_command.make_context("node", [*args, "--node-name", "n1"])
+        assert ctx.params["hami_metrics"] is True
+    # Off by default.
+    assert not load_config(environ={}).metrics.hami_names

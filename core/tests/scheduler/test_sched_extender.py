@@ -216,3 +216,57 @@ def test_the_parse_cache_is_bounded_and_skips_what_is_large():
     cache.parse(big, "1", parse)
     cache.parse(big, "1", parse)
     assert calls.count("big") == 2
+
+
+def _annotated(obj, **annotations):
+    obj["metadata"].setdefault("annotations", {}).update(annotations)
+    return obj
+
+
+async def test_a_pods_policy_annotations_decide_its_filter_and_prioritize(
+    api, scheduler_factory, http
+):
+    sched = await scheduler_factory(**{"placement.policy": "binpack"})
+    add_nodes(api, 2, "2x A100-80GB")
+    await sched.settle(api)
+    # node-1 gets one GPU half used.
+    p = create_pod(api, gpu_pod("first", gpu="1", mem="40000"))
+    assert (await sched.post(http, "bind", bind_args(p, "node-1"))) == {"Error": ""}
+    names = ["node-0", "node-1"]
+    plain = create_pod(api, gpu_pod("plain", gpu="1", mem="10000"))
+    by_host = {
+        s["Host"]: s["Score"]
+        for s in await sched.post(http, "prioritize", filter_args(plain, names))
+    }
+    assert by_host["node-1"] > by_host["node-0"]  # the cluster's binpack
+    spread = create_pod(
+        api,
+        _annotated(
+            gpu_pod("spread", gpu="1", mem="10000"),
+            **{"hami.io/node-scheduler-policy": "spread"},
+        ),
+    )
+    by_host = {
+        s["Host"]: s["Score"]
+        for s in await sched.post(http, "prioritize", filter_args(spread, names))
+    }
+    assert by_host["node-0"] > by_host["node-1"]
+    # mutex: two GPUs that nobody uses exist only on node-0.
+    mutex = create_pod(
+        api,
+        _annotated(
+            gpu_pod("mutex", gpu="2", mem="10000"), **{"hami.io/gpu-scheduler-policy": "mutex"}
+        ),
+    )
+    result = await sched.post(http, "filter", filter_args(mutex, names))
+    assert result["NodeNames"] == ["node-0"]
+    assert (
+        "already used" in (result["FailedNodes"] | result["FailedAndUnresolvableNodes"])["node-1"]
+    )
+    bad = create_pod(
+        api,
+        _annotated(gpu_pod("bad", gpu="1"), **{"hami.io/device-scoring-weights": "slot=1"}),
+    )
+    result = await sched.post(http, "filter", filter_args(bad, names))
+    assert result["NodeNames"] == []
+    assert "hami.io/device-scoring-weights" in result["FailedAndUnresolvableNodes"]["node-0"]

@@ -12,6 +12,7 @@ from sched_helpers import (
     start_scheduler,
 )
 
+from xpushare.scheduler.objects import pod_view
 from xpushare.testing.apiserver import node, pod
 
 HAMI_REGISTER = (
@@ -164,5 +165,117 @@ async def test_restart_rebuilds_identical_state(api, sched, http):
     try:
         await again.settle(api)
         assert again.scheduler.ledger.snapshot() == before
+    finally:
+        await again.close()
+
+
+async def test_device_cordon_takes_single_devices_out_of_new_allocations(api, sched, http):
+    from xpushare.scheduler.cluster import MAX_CORDONED, cordoned_devices
+
+    add_nodes(api, 1, "2x A100-80GB")
+    running = create_pod(api, gpu_pod("running", gpu="1", mem="1000"))
+    await sched.settle(api)
+    with DevicePlugin(api):
+        assert (await sched.post(http, "bind", bind_args(running, "node-0"))) == {"Error": ""}
+    await sched.settle(api)
+    [held] = [d for d, used in used_memory(sched, "node-0").items() if used]
+    free = ({"MOCK-node-0-0", "MOCK-node-0-1"} - {held}).pop()
+    # The operator cordons the free GPU, live: the running pod stays counted on the other.
+    api.modify(
+        "nodes",
+        "node-0",
+        lambda o: o["metadata"]["annotations"].update(
+            {"hami.io/device-cordon": f" {free} ,GPU-elsewhere"}
+        ),
+    )
+    await sched.settle(api)
+    assert used_memory(sched, "node-0")[held] == 1000
+    two = create_pod(api, gpu_pod("two", gpu="2", mem="1000"))
+    result = await sched.post(http, "filter", filter_args(two, ["node-0"]))
+    assert result["NodeNames"] == []
+    why = (result["FailedNodes"] | result["FailedAndUnresolvableNodes"])["node-0"]
+    assert "cordoned" in why and "hami.io/device-cordon" in why
+    one = create_pod(api, gpu_pod("one", gpu="1", mem="1000"))
+    assert (await sched.post(http, "filter", filter_args(one, ["node-0"])))["NodeNames"] == [
+        "node-0"
+    ]
+    placer = sched.scheduler.placer
+    decided = placer.decide(placer.request(pod_view(one)), "node-0")
+    assert decided.containers[0].devices[0].device_id == held
+    # Uncordoned: both fit again.
+    api.modify(
+        "nodes", "node-0", lambda o: o["metadata"]["annotations"].pop("hami.io/device-cordon")
+    )
+    await sched.settle(api)
+    assert (await sched.post(http, "filter", filter_args(two, ["node-0"])))["NodeNames"] == [
+        "node-0"
+    ]
+    # The value is read bounded.
+    assert cordoned_devices("a," * (MAX_CORDONED * 3)) == {"a"}
+    assert len(cordoned_devices(",".join(f"d{i}" for i in range(MAX_CORDONED * 2)))) <= MAX_CORDONED
+    assert cordoned_devices("x" * 300 + ",ok") == {"ok"}
+
+
+async def test_namespace_quotas_are_honoured_counted_exported_and_rebuilt(api, sched, http):
+    from sched_helpers import MEM
+
+    add_nodes(api, 2, "4x A100-80GB")
+    api.put(
+        "resourcequotas",
+        {
+            "metadata": {"name": "gpu", "namespace": "team"},
+            "spec": {"hard": {f"limits.{MEM}": "30000", "requests.cpu": "8"}},
+        },
+    )
+    first = create_pod(api, gpu_pod("first", namespace="team", gpu="1", mem="20000"))
+    await sched.settle(api)
+    with DevicePlugin(api):
+        assert (await sched.post(http, "bind", bind_args(first, "node-0"))) == {"Error": ""}
+    await sched.settle(api)
+    assert sched.scheduler.ledger.namespace_usage("team") == {"mock": (20000, 0)}
+    names = ["node-0", "node-1"]
+    big = create_pod(api, gpu_pod("big", namespace="team", gpu="1", mem="20000"))
+    result = await sched.post(http, "filter", filter_args(big, names))
+    assert result["NodeNames"] == []
+    why = result["FailedNodes"]["node-1"]
+    assert why.startswith("namespace team: ResourceQuota gpu caps limits." + MEM + " at 30000")
+    assert "its pods book 20000 MiB and this pod asks 20000 MiB more" in why
+    # Within the cap, or in another namespace: fits.
+    small = create_pod(api, gpu_pod("small", namespace="team", gpu="1", mem="10000"))
+    assert (await sched.post(http, "filter", filter_args(small, names)))["NodeNames"] == names
+    other = create_pod(api, gpu_pod("other", namespace="lab", gpu="1", mem="20000"))
+    assert (await sched.post(http, "filter", filter_args(other, names)))["NodeNames"] == names
+    async with http.get(f"{sched.metrics_url or sched.url}/metrics") as r:
+        text = await r.text()
+    assert (
+        'xpushare_scheduler_namespace_memory_allocated_mib{namespace="team",vendor="mock"} 20000.0'
+        in text
+    )
+    assert (
+        'xpushare_scheduler_quota_limit{namespace="team",quota="gpu",resource="limits.'
+        + MEM
+        + '"} 30000.0'
+    ) in text
+    assert 'xpushare_scheduler_quota_used{namespace="team",quota="gpu",resource="limits.' in text
+    # A restart lists the quotas and the pods again before it decides.
+    await sched.close()
+    again = await start_scheduler(api)
+    try:
+        await again.settle(api)
+        assert again.scheduler.ledger.namespace_usage("team") == {"mock": (20000, 0)}
+        result = await again.post(http, "filter", filter_args(big, names))
+        assert result["NodeNames"] == [] and "ResourceQuota gpu" in result["FailedNodes"]["node-0"]
+        # Raised live: the watch sees it.
+        api.modify(
+            "resourcequotas",
+            "gpu",
+            lambda o: o["spec"]["hard"].update({f"limits.{MEM}": "50000"}),
+            namespace="team",
+        )
+        await again.settle(api)
+        assert (await again.post(http, "filter", filter_args(big, names)))["NodeNames"] == names
+        api.delete("resourcequotas", "gpu", namespace="team")
+        await again.settle(api)
+        assert again.scheduler.cluster.quotas.limits("team") == ()
     finally:
         await again.close()

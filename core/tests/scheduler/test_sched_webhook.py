@@ -107,7 +107,6 @@ async def test_a_copied_assignment_is_removed(sched, http):
         ({"gpu": "one"}, "not a number"),
         ({"gpu": "1", "mem": "lots"}, "not a number"),
         ({"gpu": "1", "mem": "1000", "pct": "50"}, "keep one"),
-        ({"gpu": "1", "cores": "150"}, "at most 100"),
         ({"gpu": "1", "mem": "900000"}, "largest mock device"),
         ({"gpu": "1.5"}, "whole number"),
         # The unit of the memory resource is MiB: a suffix is not multiplied in (16Gi would
@@ -621,3 +620,58 @@ async def test_ordinary_pods_pass_untouched(sched, http):
     )
     response = await admit(sched, http, obj)
     assert response["allowed"] is True and "patch" not in response
+
+
+async def test_policy_annotations_hami_ignores_pass_with_a_warning(sched, http):
+    obj = gpu(gpu="1", mem="1000")
+    obj["metadata"]["annotations"] = {
+        "hami.io/node-scheduler-policy": "fgd",
+        "hami.io/gpu-scheduler-policy": "mutex,binpack,numa",
+    }
+    response = await admit(sched, http, obj)
+    assert response["allowed"] is True and "warnings" not in response
+    obj["metadata"]["annotations"] = {
+        "hami.io/node-scheduler-policy": "tightest",
+        "hami.io/gpu-scheduler-policy": "binpack,nearest",
+    }
+    response = await admit(sched, http, obj)
+    assert response["allowed"] is True
+    node, device = response["warnings"]
+    assert "hami.io/node-scheduler-policy 'tightest'" in node and "fgd-cpu" in node
+    assert "hami.io/gpu-scheduler-policy: 'nearest' ignored" in device
+
+
+async def test_malformed_scoring_weights_are_refused_at_admission(sched, http):
+    obj = gpu(gpu="1", mem="1000")
+    obj["metadata"]["annotations"] = {"hami.io/device-scoring-weights": "slot=1,core=1"}
+    response = await admit(sched, http, obj)
+    assert response["allowed"] is False
+    assert "hami.io/device-scoring-weights" in response["status"]["message"]
+    assert "pod default/p" in response["status"]["message"]
+
+
+async def test_what_hami_clamps_or_ignores_is_admitted_with_a_warning(sched, http):
+    obj = gpu(gpu="1", cores="150")
+    obj["spec"]["containers"][0]["resources"]["requests"] = {GPU: "1", CORES: "150"}
+    response = await admit(sched, http, obj)
+    result = patched(obj, response)
+    [warning] = response["warnings"]
+    assert f"{CORES} 150 is above 100" in warning and "container 'main'" in warning
+    resources = result["spec"]["containers"][0]["resources"]
+    assert resources["limits"][CORES] == "100" and resources["requests"][CORES] == "100"
+    for pct, words in (("150", f"{PCT} 150 is above 100 %"), ("0", f"{PCT} 0 is ignored")):
+        response = await admit(sched, http, gpu(gpu="1", pct=pct))
+        assert response["allowed"] is True
+        assert any(words in w for w in response["warnings"]), response["warnings"]
+    # Our own numa-bind key keeps its strict rule: a typo there is refused.
+    numa = gpu(gpu="1", mem="1000")
+    numa["metadata"]["annotations"] = {"xpushare.io/numa-bind": "yes"}
+    assert (await admit(sched, http, numa))["allowed"] is False
+
+
+async def test_a_memory_of_zero_shares_the_device_as_in_hami(sched, http):
+    response = await admit(sched, http, gpu(gpu="1", mem="0"))
+    result = patched(gpu(gpu="1", mem="0"), response)
+    # Taken as not given (whole memory), yet not made exclusive: a memory resource was written.
+    assert CORES not in result["spec"]["containers"][0]["resources"]["limits"]
+    assert any(f"{MEM} 0 is taken as not given" in w for w in response["warnings"])

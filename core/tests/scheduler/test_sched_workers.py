@@ -236,6 +236,7 @@ def _reserve_line(key: str, node: str = "node-0") -> bytes:
             "assignment": encode_assignment(_assignment(node)),
             "cpu_milli": 0,
             "memory_mib": 0,
+            "namespace": "team",
         }
     )
 
@@ -246,6 +247,8 @@ def test_mirror_reserves_releases_and_ages_out() -> None:
     mirror.apply(_reserve_line("a"), now=0)
     mirror.apply(_reserve_line("b"), now=0)
     assert ledger.entry("a") is not None and ledger.entry("a").reserved  # type: ignore[union-attr]
+    # Counted against the namespace's quota in the worker as in the leader.
+    assert ledger.namespace_usage("team")["mock"][0] == 100_000
     mirror.apply(b'{"op": "release", "key": "a"}', now=1)
     assert ledger.entry("a") is None
     # "b" was never released nor bound (its pod's delete came before the message): it ages

@@ -455,7 +455,9 @@ async def test_the_digests_are_built_by_whichever_list_completes_the_sync(api, p
         scheduler = Scheduler(config, host=mock_host(), kube=kube, freeze_gc=False)
         assert scheduler.web is not None
         nodes = [gpu_node(f"node-{i}") for i in range(3)]
-        # The two informers finish in either order; the second completes the sync.
+        scheduler._replace_quotas([])
+        assert scheduler.web.fleet._digests == {}
+        # The node and pod informers finish in either order; the second completes the sync.
         if pods_first:
             scheduler._replace_pods([])
             assert scheduler.web.fleet._digests == {}

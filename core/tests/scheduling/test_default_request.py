@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from xpushare.models import API_VERSION, ContainerView, PodRef, PodView, ResourceNames, VendorSpec
-from xpushare.plugins.builtin.defaults import xpushare_resource_request
+from xpushare.plugins.builtin.defaults import hami_leniencies, xpushare_resource_request
 from xpushare.scheduling.quantity import cpu_millis, memory_mib
 
 NVIDIA = VendorSpec(
@@ -70,8 +70,6 @@ def test_constraint_annotations_ours_and_hamis() -> None:
     [
         ({"nvidia.com/gpu": "1.5"}, {}, "nvidia.com/gpu must be a whole number, got '1.5'"),
         ({"nvidia.com/gpumem": "8G!"}, {}, "nvidia.com/gpumem must be a whole number"),
-        ({"nvidia.com/gpumem-percentage": "120"}, {}, "between 1 and 100, got '120'"),
-        ({"nvidia.com/gpucores": "101"}, {}, "0 to 100, got '101'"),
         ({"nvidia.com/gpu": "-1"}, {}, "must be at least 1"),
         (
             {"nvidia.com/gpumem": "1000", "nvidia.com/gpumem-percentage": "10"},
@@ -95,3 +93,46 @@ def test_quantities() -> None:
     assert memory_mib("1.5Mi", round_up=False) == 1
     with pytest.raises(ValueError, match="not a Kubernetes quantity"):
         cpu_millis("two")
+
+
+def _leniencies(limits: dict[str, str], annotations: dict[str, str] | None = None) -> list[str]:
+    container = ContainerView(name="c", limits=limits)
+    pod = PodView(
+        ref=PodRef(namespace="ml", name="p"), annotations=annotations or {}, containers=(container,)
+    )
+    return hami_leniencies(NVIDIA, pod, container)
+
+
+def test_what_hami_clamps_or_ignores_is_taken_as_hami_takes_it_and_said() -> None:
+    one = {"nvidia.com/gpu": "1"}
+    clamped = parse({**one, "nvidia.com/gpucores": "101"})
+    assert (clamped.compute_percent, clamped.exclusive) == (100, True)
+    [said] = _leniencies({**one, "nvidia.com/gpucores": "101"})
+    assert "pod ml/p, container 'c': nvidia.com/gpucores 101 is above 100" in said
+    assert parse({**one, "nvidia.com/gpumem-percentage": "120"}).memory_percent == 100
+    assert "taken as 100" in _leniencies({**one, "nvidia.com/gpumem-percentage": "120"})[0]
+    assert parse({**one, "nvidia.com/gpumem-percentage": "0"}).memory_percent is None
+    assert "0 is ignored" in _leniencies({**one, "nvidia.com/gpumem-percentage": "0"})[0]
+    # numa-bind as Go's ParseBool reads it; anything else is false, and said so.
+    for word in ("1", "t", "TRUE", "True"):
+        assert parse(one, {"nvidia.com/numa-bind": word}).numa_bind
+        assert _leniencies(one, {"nvidia.com/numa-bind": word}) == []
+    assert not parse(one, {"nvidia.com/numa-bind": "F"}).numa_bind
+    assert not parse(one, {"nvidia.com/numa-bind": "yes"}).numa_bind
+    [said] = _leniencies(one, {"nvidia.com/numa-bind": "yes"})
+    assert "annotation nvidia.com/numa-bind 'yes' is not a boolean; taken as false" in said
+    # In range, nothing to say.
+    assert (
+        _leniencies({**one, "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "1"})
+        == []
+    )
+
+
+def test_a_memory_of_zero_is_as_if_not_given() -> None:
+    one = {"nvidia.com/gpu": "1"}
+    # HAMi-core reads a 0 limit as none: booking 0 MiB would give the whole device unbooked.
+    zero = parse({**one, "nvidia.com/gpumem": "0"})
+    assert (zero.memory_mib, zero.memory_percent) == (None, None)
+    [said] = _leniencies({**one, "nvidia.com/gpumem": "0"})
+    assert "nvidia.com/gpumem 0 is taken as not given" in said
+    assert _leniencies({**one, "nvidia.com/gpumem": "10"}) == []

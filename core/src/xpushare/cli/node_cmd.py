@@ -217,6 +217,14 @@ def _run(
     show_default=True,
     help="DRA mode: the container runtime's CDI directory, where claims' specs are written.",
 )
+@click.option(
+    "--hami-metrics/--no-hami-metrics",
+    envvar="XPUSHARE_NODE_HAMI_METRICS",
+    default=False,
+    show_default=True,
+    help="Also export HAMi's vGPU monitor metrics (hami_vgpu_memory_used_bytes, ...) for "
+    "HAMi's Grafana dashboard.",
+)
 def command(
     node_name: str,
     device_plugin_dir: Path,
@@ -236,6 +244,7 @@ def command(
     plugins_registry_dir: Path,
     dra_plugins_dir: Path,
     cdi_dir: Path,
+    hami_metrics: bool,
 ) -> None:
     """Run the node agent: one per node, as a DaemonSet.
 
@@ -270,6 +279,7 @@ def command(
             plugins_registry_dir=plugins_registry_dir,
             dra_plugins_dir=dra_plugins_dir,
             cdi_dir=cdi_dir,
+            hami_metrics=hami_metrics,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

@@ -13,6 +13,7 @@ class FitReason(StrEnum):
     """Why a device (or a node) was not used; the value is the sentence a user reads."""
 
     UNHEALTHY = "device unhealthy"
+    CORDONED = "device cordoned (hami.io/device-cordon on the node)"
     MODEL_MISMATCH = "device model not allowed by the request"
     UUID_MISMATCH = "device UUID not allowed by the request"
     SLOTS_EXHAUSTED = "no free share slot on the device"

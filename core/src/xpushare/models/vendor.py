@@ -52,6 +52,18 @@ class VendorSpec(Model):
     memory_unit_mib: int = Field(
         default=1, ge=1, description="MiB per unit of the memory resource (HAMi's MemoryFactor)"
     )
+    default_memory_mib: int = Field(
+        default=0,
+        ge=0,
+        description="MiB a container asking for neither memory nor a percent gets per device "
+        "(HAMi's defaultMemory); 0: the whole device",
+    )
+    default_compute_percent: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="compute percent of a container that gives none (HAMi's defaultCores)",
+    )
     config: dict[str, Any] = Field(default_factory=dict, description="vendor defaults, shown")
 
     @field_validator("name")

@@ -94,6 +94,7 @@ class NodeAgent:
             vendors=self.devices,
             monitor=self.monitor,
             plugins=self.plugin_statuses,
+            hami_names=config.hami_metrics,
         )
         self.ledger = ReleaseLedger(config.ledger_dir)
         socket = config.pod_resources_socket

@@ -106,6 +106,9 @@ class NodeConfig:
     plugins_registry_dir: Path = PLUGINS_REGISTRY_DIR
     dra_plugins_dir: Path = DRA_PLUGINS_DIR
     cdi_dir: Path = CDI_DIR
+    #: Export HAMi's vGPU monitor metrics too (hami_vgpu_memory_used_bytes, ...), so HAMi's
+    #: Grafana dashboard works unchanged (docs/migrate-from-hami.md).
+    hami_metrics: bool = False
 
     @property
     def ledger_dir(self) -> Path:

@@ -83,6 +83,7 @@ class AgentMetrics:
         vendors: Mapping[str, VendorDevices],
         monitor: MonitorStore,
         plugins: Callable[[], list[PluginStatus]],
+        hami_names: bool = False,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.allocate_seconds = Histogram(
@@ -104,12 +105,23 @@ class AgentMetrics:
             registry=self.registry,
         )
         self.registry.register(
-            DeviceCollector(node=node, vendors=vendors, monitor=monitor, plugins=plugins)
+            DeviceCollector(
+                node=node,
+                vendors=vendors,
+                monitor=monitor,
+                plugins=plugins,
+                hami_names=hami_names,
+            )
         )
 
 
 class DeviceCollector:
-    """Yields device, container and plugin metric families from in-memory state only."""
+    """Yields device, container and plugin metric families from in-memory state only.
+
+    With *hami_names*, also HAMi's vGPU monitor families (``cmd/vGPUmonitor/metrics.go``),
+    with HAMi's labels and values (its utilization "ratios" are percents), so HAMi's
+    Grafana dashboard reads this agent as it read HAMi's monitor.
+    """
 
     def __init__(
         self,
@@ -118,11 +130,13 @@ class DeviceCollector:
         vendors: Mapping[str, VendorDevices],
         monitor: MonitorStore,
         plugins: Callable[[], list[PluginStatus]],
+        hami_names: bool = False,
     ) -> None:
         self.node = node
         self._vendors = vendors
         self._monitor = monitor
         self._plugins = plugins
+        self.hami_names = hami_names
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
@@ -229,6 +243,62 @@ class DeviceCollector:
         yield from (info, healthy, slots, util, mem_used, mem_total, temp, power, procs)
         yield from (c_used, c_limit, c_util, state, last)
         yield from self._plugin_families()
+        if self.hami_names:
+            yield from self._hami_families()
+
+    def _hami_families(self) -> Iterator[Metric]:
+        dlabels = ["node", "device_index", "device_uuid", "device_type"]
+        host_memory = GaugeMetricFamily(
+            "hami_host_gpu_memory_used_bytes", "Device memory in use", labels=dlabels
+        )
+        host_util = GaugeMetricFamily(
+            "hami_host_gpu_utilization_ratio", "Device utilization (percent)", labels=dlabels
+        )
+        clabels = ["namespace", "pod", "container", "vdevice_index", "device_uuid"]
+        vgpu_used = GaugeMetricFamily(
+            "hami_vgpu_memory_used_bytes", "Device memory a container uses", labels=clabels
+        )
+        vgpu_limit = GaugeMetricFamily(
+            "hami_vgpu_memory_limit_bytes", "Device memory limit of a container", labels=clabels
+        )
+        vgpu_util = GaugeMetricFamily(
+            "hami_container_device_utilization_ratio",
+            "A container's utilization of a device (percent)",
+            labels=clabels,
+        )
+        for vendor, devices in sorted(self._vendors.items()):
+            known = {d.id: d for d in devices.view.devices}
+            snapshot = self._monitor.get(vendor)
+            if snapshot is None:
+                continue
+            for s in snapshot.devices:
+                d = known.get(s.device_id)
+                if d is None:
+                    continue
+                values = [self.node, str(d.index), d.id, d.model]
+                if s.memory_used_mib is not None:
+                    host_memory.add_metric(values, float(s.memory_used_mib * MIB))
+                if s.utilization_percent is not None:
+                    host_util.add_metric(values, float(s.utilization_percent))
+            # HAMi's vdevice_index: the device's place among the container's own devices.
+            places: dict[tuple[str, str, str], list[str]] = {}
+            for c in sorted(
+                snapshot.containers,
+                key=lambda c: known[c.device_id].index if c.device_id in known else 0,
+            ):
+                if c.device_id not in known:
+                    continue
+                owner = (c.namespace, c.pod, c.container)
+                seen = places.setdefault(owner, [])
+                if c.device_id not in seen:
+                    seen.append(c.device_id)
+                values = [*owner, str(seen.index(c.device_id)), c.device_id]
+                vgpu_used.add_metric(values, float(c.memory_used_mib * MIB))
+                if c.memory_limit_mib is not None:
+                    vgpu_limit.add_metric(values, float(c.memory_limit_mib * MIB))
+                if c.utilization_percent is not None:
+                    vgpu_util.add_metric(values, float(c.utilization_percent))
+        yield from (host_memory, host_util, vgpu_used, vgpu_limit, vgpu_util)
 
     def _plugin_families(self) -> Iterator[Metric]:
         labels = ["node", "vendor", "resource"]

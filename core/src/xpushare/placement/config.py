@@ -10,8 +10,36 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from xpushare.models.request import MAX_DEVICE_MEMORY_MIB
 from xpushare.scheduling import DEFAULT_POLICY, UsageLedger
 from xpushare.scheduling.state import MAX_MEMO_ENTRIES
+
+
+class RequestDefaults(BaseModel):
+    """What a container that leaves out memory or compute gets: HAMi's device settings.
+
+    ``memory_factor`` is HAMi's ``memoryFactor``: the memory resource counts units of this
+    many MiB (``nvidia.com/gpumem: 8`` with 1024 is 8 GiB). Unset: the vendor's own unit.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default_memory_mib: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_DEVICE_MEMORY_MIB,
+        description="MiB per device when neither memory nor a percent is given "
+        "(HAMi's defaultMemory); 0: the whole device",
+    )
+    default_compute_percent: int = Field(
+        default=0, ge=0, le=100, description="compute percent when none is given (defaultCores)"
+    )
+    memory_factor: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DEVICE_MEMORY_MIB,
+        description="MiB per unit of the memory resource (HAMi's memoryFactor)",
+    )
 
 
 class PlacementConfig(BaseModel):
@@ -44,6 +72,10 @@ class PlacementConfig(BaseModel):
         description="among equally good nodes: the first listed, or one at random (seeded)",
     )
     seed: int = Field(default=0, description="seed of the random tie-break")
+    request_defaults: dict[str, RequestDefaults] = Field(
+        default_factory=dict,
+        description="per vendor ('*' for all): HAMi's defaultMemory, defaultCores and memoryFactor",
+    )
 
     @field_validator("memory_overcommit", "compute_overcommit")
     @classmethod

@@ -23,6 +23,7 @@ per trace replay):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import operator
@@ -59,6 +60,7 @@ from xpushare.scheduling import (
 )
 from xpushare.scheduling.fit import (
     HOST_REJECTS,
+    DeviceOrder,
     Extra,
     Pick,
     add_extra,
@@ -66,6 +68,7 @@ from xpushare.scheduling.fit import (
     sig_can_host,
     slices,
 )
+from xpushare.scheduling.podpolicy import BINPACK, SPREAD, HamiDeviceOrder
 from xpushare.scheduling.policies import emptiest_first, fullest_first
 
 if TYPE_CHECKING:
@@ -73,6 +76,7 @@ if TYPE_CHECKING:
 
     from xpushare.models import PodView
     from xpushare.plugins import PluginHost, VendorHandle
+    from xpushare.scheduling.podpolicy import PodPolicy
     from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
 
 log = logging.getLogger(__name__)
@@ -95,6 +99,12 @@ _MAX_REQUEST_KINDS = 10_000
 #: bytes each. Keys are never reused: past the bound the table is emptied, and the answers
 #: kept under the old keys age out of the node memos (``NodeState.memo_limit``).
 MAX_MEMO_KEYS = 4_096
+
+#: Distinct per-pod policy choices (HAMi's policy annotations) a placer keeps a placer for.
+#: A choice is a few names and three weights, and a cluster uses a handful; weights make
+#: the space unbounded, so past the bound the placers are dropped and built again on need
+#: (their answers age out of the node memos like any other).
+MAX_POD_POLICIES = 64
 
 #: A node's score key: compared element by element, higher is better.
 Score = tuple[float, ...]
@@ -194,16 +204,26 @@ class Placer:
         host: PluginHost | None = None,
         config: PlacementConfig | None = None,
         registry: PolicyRegistry | None = None,
+        device_order: DeviceOrder | None = None,
     ) -> None:
         self.ledger = ledger
         self.host = host
         self.config = config or PlacementConfig()
+        if host is not None and self.config.request_defaults:
+            # The vendors parse requests with them (the webhook's host is this one).
+            host.apply_request_defaults(self.config.request_defaults)
         if policy is None:
             policy = self.config.policy
         if isinstance(policy, str):
             registry = registry or policy_registry(host)
             policy = registry.create(policy, self.config.policy_options)
         self.policy: Policy = policy
+        self._registry = registry
+        #: The per-pod choice this placer decides for (``None``: the cluster's), and the
+        #: placers of the other choices met, each built once (:meth:`for_request`).
+        self.pod_policy: PodPolicy | None = None
+        self._variants: dict[PodPolicy, Placer] = {}
+        self._policies: dict[str, Policy] = {self.policy.name: self.policy}
         self._keys: dict[tuple[Any, ...], int] = {}
         self._by_state: dict[tuple[int, int], PodFit] = {}
         #: Per memo key: whether its answers depend on the node's state alone.
@@ -225,7 +245,12 @@ class Placer:
         self._tiebreaks = type(self.policy).tiebreak is not Policy.tiebreak
         self._pure = bool(getattr(self.policy, "state_pure", False))
         mode = self.config.device_policy
-        if mode is None:
+        #: The policy may choose the devices itself (``Policy.place``): not under an order
+        #: the configuration or the pod imposes.
+        self._policy_places = mode is None and device_order is None
+        if device_order is not None:
+            self._order = device_order
+        elif mode is None:
             self._order = self.policy.device_order
         else:
             pick = fullest_first if mode == "binpack" else emptiest_first
@@ -238,6 +263,83 @@ class Placer:
         if self.host is None:
             raise ValueError("this placer has no plugin host to parse pods; pass PodRequests")
         return pod_request(pod, self.host.vendors.values())
+
+    # -- per-pod policies ------------------------------------------------------------------------
+
+    def for_request(self, request: PodRequest) -> Placer:
+        """The placer that decides for *request*: this one, or the one of its pod's policy
+        annotations (built on first need and kept, so a pod's choice costs what a new pod
+        shape does, once, and the fleet's answers for it are remembered like this one's)."""
+        choice = request.policy
+        if choice is None or choice == self.pod_policy:
+            return self
+        found = self._variants.get(choice)
+        if found is not None:
+            return found
+        if len(self._variants) >= MAX_POD_POLICIES:
+            self._variants.clear()
+        normal = self._known(choice)
+        found = self._variants.get(normal)
+        if found is None:
+            if self.pod_policy is None and self._same_as_mine(normal):
+                found = self
+            else:
+                found = self._variants[normal] = self._variant(normal)
+        self._variants[choice] = found
+        return found
+
+    def _known(self, choice: PodPolicy) -> PodPolicy:
+        """*choice* with a node policy no one registered read as binpack, as HAMi reads it
+        (so names nobody knows share one placer)."""
+        name = choice.node
+        if name is None or name in self._policies:
+            return choice
+        registry = self._registry = self._registry or policy_registry(self.host)
+        if name in registry:
+            return choice
+        log.warning("a pod's node policy %r is not a registered policy: binpack, as HAMi", name)
+        return dataclasses.replace(choice, node=BINPACK)
+
+    def _same_as_mine(self, choice: PodPolicy) -> bool:
+        """Whether *choice* decides as this placer does (it names the cluster's policy)."""
+        return (
+            choice.device is None
+            and choice.weights is None
+            and choice.node in (None, self.policy.name)
+        )
+
+    def _variant(self, choice: PodPolicy) -> Placer:
+        """The placer of *choice* (its node policy registered): built once, kept."""
+        name = choice.node
+        policy = self.policy if name is None else self._policies.get(name)
+        if policy is None and name is not None:
+            registry = self._registry = self._registry or policy_registry(self.host)
+            options = self.config.policy_options if name == self.config.policy else {}
+            policy = self._policies[name] = registry.create(name, options)
+            policy.on_model_error = self.policy.on_model_error
+        assert policy is not None
+        order: DeviceOrder | None = None
+        if choice.device is not None or choice.weights is not None:
+            # Weights alone sort by HAMi's device score under the cluster's device policy,
+            # or HAMi's default GPU policy (spread) when none is configured.
+            default = self.config.device_policy or SPREAD
+            order = HamiDeviceOrder(choice.device or default, choice.weights)
+        placer = Placer(
+            self.ledger,
+            policy,
+            host=self.host,
+            config=self.config,
+            registry=self._registry,
+            device_order=order,
+        )
+        placer.pod_policy = choice
+        return placer
+
+    def observe(self, request: PodRequest) -> None:
+        """Teach every policy in use the pod's shape (one that learns the workload learns
+        it from every pod, whichever policy the pod chose)."""
+        for policy in self._policies.values():
+            policy.observe(request)
 
     # -- the per-node answer ---------------------------------------------------------------------
 
@@ -258,6 +360,8 @@ class Placer:
         Remembered until the node changes: in the node's memo, or where the answer depends
         on the node's state alone, in the answers every node in that state shares.
         """
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.verdict(node, request)
         key = self._memo_key(request)
         store = node.shared if self._share[key] else node.memo
         hit = store.get(key)
@@ -447,7 +551,9 @@ class Placer:
         """Which of *nodes* (all the ledger's when ``None``) the pod fits, and why not
         (``observe=False``: without teaching the policy the request's shape)."""
         if observe:
-            self.policy.observe(request)
+            self.observe(request)
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.filter(request, nodes, observe=False)
         names, verdicts = self._verdicts(request, nodes)
         out = FilterResult(fits=[n for n, v in zip(names, verdicts, strict=True) if v[0]])
         if len(out.fits) < len(names):
@@ -508,6 +614,8 @@ class Placer:
         A key is a tuple compared element by element (a policy may rank by a second
         criterion among nodes equal on the first).
         """
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.scores(request, nodes)
         names, verdicts = self._verdicts(request, nodes)
         if self._scorers:
             out = {n: v[1] for n, v in zip(names, verdicts, strict=True) if v[0]}
@@ -565,6 +673,8 @@ class Placer:
         The best nodes get 100; the others are placed in [0, 99] by the first element of
         their key, so a node second only on a tie-break criterion still scores below them.
         """
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.prioritize(request, nodes)
         if self._scorers:
             return self._scale(self.scores(request, nodes))
         names, verdicts = self._verdicts(request, nodes)
@@ -593,7 +703,10 @@ class Placer:
 
     def select(self, request: PodRequest, nodes: Iterable[str] | None = None) -> str | None:
         """The best node for the pod among *nodes* (``None`` if it fits none)."""
-        self.policy.observe(request)
+        self.observe(request)
+        return self.for_request(request)._select(request, nodes)
+
+    def _select(self, request: PodRequest, nodes: Iterable[str] | None) -> str | None:
         if self._scorers or nodes is not None:
             return self._pick_best(self.scores(request, nodes).items())
         # The hot loop of the simulator and of /filter-sized decisions: no generator, no
@@ -658,6 +771,8 @@ class Placer:
         self, request: PodRequest, nodes: Iterable[str] | None = None
     ) -> Counter[FitReason]:
         """How many of *nodes* turn the pod down for each main reason."""
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.failure_tally(request, nodes)
         tally: Counter[FitReason] = Counter()
         for _, state in self._nodes(nodes):
             ok, _, reason = (
@@ -669,13 +784,15 @@ class Placer:
 
     def decide(self, request: PodRequest, node: str) -> PodAssignment:
         """The devices each container gets on *node*; :class:`NoFit` if it does not fit."""
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.decide(request, node)
         state = self.ledger.node(node)
         if state is None:
             if request.wants_devices:
                 raise NoFit(f"node {node}: {UNKNOWN_NODE}")
             return PodAssignment(node=node, containers=())
         fit = None
-        if self.config.device_policy is None and not (request.vendors & self._custom.keys()):
+        if self._policy_places and not (request.vendors & self._custom.keys()):
             fit = self.policy.place(state, request)
         if fit is None:
             fit = self._fit(state, request)
@@ -713,12 +830,15 @@ class Placer:
             cpu_milli=request.cpu_milli,
             memory_mib=request.memory_mib,
             reserved=reserved,
+            namespace=request.pod.namespace if request.pod is not None else "",
         )
 
     # -- explanations ----------------------------------------------------------------------------
 
     def explain(self, request: PodRequest, node: str) -> NodeFit:
         """Everything about one pod on one node: per container, devices and reasons."""
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.explain(request, node)
         state = self.ledger.node(node)
         if state is None:
             ok, _, _ = self._unknown(request)
@@ -792,7 +912,7 @@ class Placer:
                 # the views it would be given (tens of microseconds a node). A demand that
                 # names a mode is the vendor's to judge: the core does not know modes.
                 return None
-            usage = _usage_with(table, extra)
+            usage = _usage_with(table, extra, idle=demand.idle)
             try:
                 result = handle.own_fit(
                     request=demand.request,
@@ -878,11 +998,14 @@ class _TableUsage(Mapping[str, DeviceUsage]):
     the whole default fit.
     """
 
-    __slots__ = ("_built", "_extra", "_table")
+    __slots__ = ("_built", "_extra", "_idle", "_table")
 
-    def __init__(self, table: DeviceTable, extra: Extra | None) -> None:
+    def __init__(self, table: DeviceTable, extra: Extra | None, idle: bool = False) -> None:
         self._table = table
         self._extra = extra
+        #: HAMi's mutex: a device in use is shown without a free share slot, so the
+        #: vendor's fit passes over it as the core's does.
+        self._idle = idle
         self._built: dict[str, DeviceUsage] = {}
 
     def __getitem__(self, device_id: str) -> DeviceUsage:
@@ -912,6 +1035,8 @@ class _TableUsage(Mapping[str, DeviceUsage]):
                     "partitions_in_use": u.partitions_in_use + taken,
                 }
             )
+        if self._idle and 0 < u.used_slots < d.slots:
+            u = u.model_copy(update={"used_slots": d.slots})
         self._built[device_id] = u
         return u
 
@@ -922,8 +1047,10 @@ class _TableUsage(Mapping[str, DeviceUsage]):
         return len(self._table.devices)
 
 
-def _usage_with(table: DeviceTable, extra: Extra | None) -> Mapping[str, DeviceUsage]:
-    return _TableUsage(table, extra)
+def _usage_with(
+    table: DeviceTable, extra: Extra | None, *, idle: bool = False
+) -> Mapping[str, DeviceUsage]:
+    return _TableUsage(table, extra, idle)
 
 
 __all__ = [

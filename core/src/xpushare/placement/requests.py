@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xpushare.scheduling import PodRequest
+from xpushare.scheduling.podpolicy import pod_policy
 from xpushare.scheduling.quantity import QuantityError, cpu_millis, memory_mib, shown
 from xpushare.scheduling.request import effective_host_request
 
@@ -72,4 +73,10 @@ def pod_request(pod: PodView, vendors: Iterable[VendorHandle]) -> PodRequest:
             if req is not None:
                 (init if container.init else app).append(req)
     cpu, mem = host_requests(pod)
-    return PodRequest.build(app, init=init, cpu_milli=cpu, memory_mib=mem, pod=pod.ref)
+    try:
+        policy = pod_policy(pod.annotations) if pod.annotations else None
+    except ValueError as exc:
+        raise ValueError(f"pod {pod.ref}: {exc}") from None
+    return PodRequest.build(
+        app, init=init, cpu_milli=cpu, memory_mib=mem, pod=pod.ref, policy=policy
+    )

@@ -51,6 +51,8 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.records: list[PluginRecord] = []
         self._vendors: dict[str, VendorHandle] = {}
+        #: Each vendor's spec as it declared it, before request defaults were applied.
+        self._original_specs: dict[str, VendorSpec] = {}
         self._vendor_plugins: dict[str, object] = {}
         self._resource_owner: dict[str, str] = {}
         self._node_name = node_name
@@ -91,6 +93,24 @@ class PluginHost:
     @property
     def vendors(self) -> Mapping[str, VendorHandle]:
         return self._vendors
+
+    def apply_request_defaults(self, defaults: Mapping[str, Any]) -> None:
+        """Give each vendor its request defaults (per vendor, ``'*'`` for all): objects with
+        ``default_memory_mib``, ``default_compute_percent`` and ``memory_factor`` (``None``:
+        the vendor's own unit). The core's request parser reads them from the vendor's spec,
+        so the webhook, the extender and ``xpushare fit`` parse alike. Idempotent."""
+        for name, handle in self._vendors.items():
+            found = defaults.get(name, defaults.get("*"))
+            if found is None:
+                continue
+            original = self._original_specs.setdefault(name, handle.spec)
+            update: dict[str, Any] = {
+                "default_memory_mib": found.default_memory_mib,
+                "default_compute_percent": found.default_compute_percent,
+            }
+            if found.memory_factor is not None:
+                update["memory_unit_mib"] = found.memory_factor
+            handle.spec = original.model_copy(update=update)
 
     def vendor(self, name: str) -> VendorHandle:
         try:

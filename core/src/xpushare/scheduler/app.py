@@ -38,15 +38,27 @@ from xpushare.scheduler.connections import (
 )
 from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.extender import BadRequest, Extender
+from xpushare.scheduler.hami_metrics import (
+    HamiSnapshot,
+    hami_container_rows,
+    hami_device_rows,
+    hami_quota_rows,
+)
 from xpushare.scheduler.handoff import HandoffManager
 from xpushare.scheduler.informer import Handlers, Informer
 from xpushare.scheduler.kube import Kube
 from xpushare.scheduler.leader import LeaderElector
-from xpushare.scheduler.metrics import SchedulerMetrics, ledger_rows
+from xpushare.scheduler.metrics import (
+    SchedulerMetrics,
+    ledger_rows,
+    namespace_rows,
+    quota_rows,
+)
 from xpushare.scheduler.web import WebView
 from xpushare.scheduler.webhook import BadReview, Webhook
 from xpushare.scheduler.workers import FilterWorkers
 from xpushare.scheduling import UsageLedger
+from xpushare.scheduling.quota import QuotaBook, QuotaResource
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +131,18 @@ class CertificateReloader:
         return True
 
 
+def quota_book(host: PluginHost) -> QuotaBook:
+    """The quotas the scheduler enforces: each vendor's memory and compute resources."""
+    resources: dict[str, QuotaResource] = {}
+    for name, handle in host.vendors.items():
+        names = handle.spec.resource_names
+        if names.memory:
+            resources[names.memory] = QuotaResource(name, "memory", handle.spec.memory_unit_mib)
+        if names.compute:
+            resources[names.compute] = QuotaResource(name, "compute")
+    return QuotaBook(resources)
+
+
 class Scheduler:
     """Everything ``xpushare scheduler`` runs, built from a configuration."""
 
@@ -141,7 +165,7 @@ class Scheduler:
         self.identity = (
             identity or config.leader.identity or (f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
         )
-        self.metrics = SchedulerMetrics()
+        self.metrics = SchedulerMetrics(hami_names=config.metrics.hami_names)
         placement = config.placement
         self.ledger = UsageLedger(
             memory_overcommit=placement.memory_overcommit,
@@ -149,8 +173,10 @@ class Scheduler:
         )
         self.events = EventRecorder(kube, config.scheduler_name, self.identity)
         self._reported: dict[tuple[str, str, str], str] = {}
-        self.cluster = ClusterState(self.ledger, report=self._report)
+        # The placer first: it gives the vendors their request defaults (memory units), which
+        # the quotas' memory caps count in.
         self.placer = Placer(self.ledger, host=host, config=placement)
+        self.cluster = ClusterState(self.ledger, report=self._report, quotas=quota_book(host))
         self.leader: LeaderElector | None = None
         if config.leader.enabled and not worker:
             self.leader = LeaderElector(
@@ -213,6 +239,13 @@ class Scheduler:
                 watch_timeout_s=timeout,
                 on_error=self._watch_error,
             ),
+            Informer(
+                kube,
+                "resourcequotas",
+                Handlers(self._replace_quotas, self.cluster.apply_quota, self.cluster.delete_quota),
+                watch_timeout_s=timeout,
+                on_error=self._watch_error,
+            ),
         ]
         self.web: WebView | None = None
         self._web_warm = False
@@ -257,6 +290,11 @@ class Scheduler:
             self._web_warm = True
             self.web.fleet.refresh()
 
+    def _replace_quotas(self, items: Any) -> None:
+        self.cluster.replace_quotas(items)
+        self.metrics.synced.set(1 if self.cluster.synced else 0)
+        self._warm_web()
+
     def _replace_pods(self, items: Any) -> None:
         first = not self.cluster.pods_synced
         self.cluster.replace_pods(items)
@@ -285,6 +323,8 @@ class Scheduler:
         log.warning("ignored a malformed annotation: %s", message)
         if kind == "pod":
             ref = ObjectRef("Pod", ob.namespace(obj), ob.name(obj), ob.uid(obj))
+        elif kind == "resourcequota":
+            ref = ObjectRef("ResourceQuota", ob.namespace(obj), ob.name(obj), ob.uid(obj))
         else:
             ref = ObjectRef("Node", "", ob.name(obj), ob.uid(obj))
         self.events.record(ref, "Warning", "MalformedAnnotation", message)
@@ -419,7 +459,16 @@ class Scheduler:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         rows = ledger_rows(self.ledger)
-        text = await asyncio.to_thread(self.metrics.render, rows)
+        namespaces = namespace_rows(self.ledger)
+        quotas = quota_rows(self.ledger, self.cluster.quotas)
+        hami = None
+        if self.metrics.hami is not None:
+            hami = HamiSnapshot(
+                hami_device_rows(self.ledger),
+                hami_quota_rows(self.ledger, self.cluster.quotas),
+                hami_container_rows(self.ledger, self.cluster.pods),
+            )
+        text = await asyncio.to_thread(self.metrics.render, rows, namespaces, quotas, hami)
         return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
 
     def web_app(self, *, probes_only: bool = False) -> web.Application:

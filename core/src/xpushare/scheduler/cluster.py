@@ -24,6 +24,7 @@ from xpushare.codec import (
     HAMI_ILUVATAR_CHIPS,
     HAMI_KEYS,
     HANDOFF_KEY,
+    MAX_VALUE_BYTES,
     TERM_KEY,
     HamiSlice,
     Handoff,
@@ -37,11 +38,13 @@ from xpushare.codec import (
     parse_term,
     vendor_of_inventory_key,
 )
+from xpushare.codec.hami_score import SCORE_KEY, decode_pair_links
 from xpushare.errors import CodecError
 from xpushare.models import Device, PodAssignment, PodRef
 from xpushare.models._compact import compact
 from xpushare.scheduler import objects as ob
 from xpushare.scheduling import UsageLedger
+from xpushare.scheduling.quota import QuotaBook
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,28 @@ Reporter = Callable[[str, ob.Object, str, str], None]
 # HAMi keys that embed a chip name (research/hami-protocol.md §8.1).
 _ASCEND_REGISTER = re.compile(r"^hami\.io/node-register-(Ascend[-A-Za-z0-9_.]*)$")
 _ASCEND_POD = re.compile(r"^hami\.io/(Ascend[-A-Za-z0-9_.]*)-devices-allocated$")
+
+#: Node annotation an operator sets to take single devices out of new allocations: their
+#: UUIDs, comma-separated (HAMi's, research/hami-protocol.md §2.1); live, no restart.
+CORDON_KEY = "hami.io/device-cordon"
+#: Devices read from it at most: more than any node has (HAMi reads them all; a value that
+#: names more is not a list of one node's devices).
+MAX_CORDONED = 1024
+#: Longest id taken from it: ids are UUIDs (NVIDIA's ``GPU-<uuid>``: 40 characters).
+MAX_DEVICE_ID_CHARS = 256
+
+
+def cordoned_devices(value: str | None) -> frozenset[str]:
+    """The device ids a ``hami.io/device-cordon`` value names (bounded: the first
+    :data:`MAX_CORDONED`, each as long as a device id may be)."""
+    if not value:
+        return frozenset()
+    out: set[str] = set()
+    for item in value[:MAX_VALUE_BYTES].split(",", MAX_CORDONED)[:MAX_CORDONED]:
+        item = item.strip()
+        if item and len(item) <= MAX_DEVICE_ID_CHARS:
+            out.add(item)
+    return frozenset(out)
 
 
 def _hami_percent(vendor: str, item: HamiSlice) -> int:
@@ -110,8 +135,11 @@ class ClusterState:
         *,
         report: Reporter | None = None,
         clock: Callable[[], float] = time.time,
+        quotas: QuotaBook | None = None,
     ) -> None:
         self.ledger = ledger
+        #: The namespaces' device quotas (``None``: not watched, none enforced).
+        self.quotas = quotas
         self._clock = clock
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[str, PodRecord] = {}
@@ -124,10 +152,36 @@ class ClusterState:
         self.on_pod_deleted: list[Callable[[str], None]] = []
         self.nodes_synced = False
         self.pods_synced = False
+        #: Quotas are listed before the first decision, so a restart enforces them at once.
+        self.quotas_synced = quotas is None
 
     @property
     def synced(self) -> bool:
-        return self.nodes_synced and self.pods_synced
+        return self.nodes_synced and self.pods_synced and self.quotas_synced
+
+    # -- quotas ------------------------------------------------------------------------------------
+
+    def apply_quota(self, obj: ob.Object) -> None:
+        """A ResourceQuota was added or changed."""
+        if self.quotas is None:
+            return
+        spec = obj.get("spec")
+        hard = spec.get("hard") if isinstance(spec, dict) else None
+        for problem in self.quotas.set(ob.namespace(obj), ob.name(obj), hard or {}):
+            self._report("resourcequota", obj, "spec.hard", problem)
+
+    def delete_quota(self, obj: ob.Object) -> None:
+        if self.quotas is not None:
+            self.quotas.remove(ob.namespace(obj), ob.name(obj))
+
+    def replace_quotas(self, items: Iterable[ob.Object]) -> None:
+        if self.quotas is None:
+            return
+        objects = [o for o in items if isinstance(o, dict)]
+        self.quotas.replace([])
+        for obj in objects:
+            self.apply_quota(obj)
+        self.quotas_synced = True
 
     # -- queries -----------------------------------------------------------------------------------
 
@@ -176,7 +230,25 @@ class ClusterState:
                 devices.extend(decode_hami_node_devices(ann[key], vendor, key=key, node=node))
             except CodecError as exc:
                 self._report("node", obj, key, str(exc))
+        if SCORE_KEY in ann:
+            devices = self._with_pair_scores(obj, ann[SCORE_KEY], devices)
         return devices
+
+    def _with_pair_scores(self, obj: ob.Object, value: str, devices: list[Device]) -> list[Device]:
+        """NVIDIA GPUs without links of their own get those of HAMi's pair scores, so the
+        topology-aware choice works on nodes HAMi's device plugin registered (an inventory
+        of ours carries the links it measured, which win)."""
+        try:
+            links = decode_pair_links(value, node=ob.name(obj))
+        except CodecError as exc:
+            self._report("node", obj, SCORE_KEY, str(exc))
+            return devices
+        return [
+            d.model_copy(update={"links": links[d.id]})
+            if d.vendor == "nvidia" and not d.links and links.get(d.id)
+            else d
+            for d in devices
+        ]
 
     @staticmethod
     def _hami_register_keys(ann: dict[str, str]) -> Iterable[tuple[str, str, str | None]]:
@@ -203,7 +275,7 @@ class ClusterState:
             if (
                 k.startswith("xpushare.io/inventory-")
                 or k.startswith("hami.io/node-")
-                or k == "metax-tech.com/node-gpu-devices"
+                or k in ("metax-tech.com/node-gpu-devices", CORDON_KEY)
             ):
                 _feed(digest, "a", k, v)
         for k, v in sorted(ob.labels_of(obj).items()):
@@ -231,7 +303,12 @@ class ClusterState:
             record.fingerprint = fingerprint
             devices = self._node_devices(obj)
             self._set_sizes(record, [(d.vendor, d.memory_mib) for d in devices])
-            self.ledger.set_node(name, devices, labels=ob.labels_of(obj))
+            self.ledger.set_node(
+                name,
+                devices,
+                labels=ob.labels_of(obj),
+                cordoned=cordoned_devices(ob.annotations_of(obj).get(CORDON_KEY)),
+            )
         annotations = ob.annotations_of(obj)
         term_raw = annotations.get(TERM_KEY)
         record.term = parse_term(term_raw)
@@ -367,7 +444,7 @@ class ClusterState:
             self._forget(key)
             return
         if entry is None or entry.reserved or entry.assignment != assignment:
-            self.ledger.add(key, assignment)
+            self.ledger.add(key, assignment, namespace=ob.namespace(obj))
         if record is None:
             record = PodRecord(
                 key,

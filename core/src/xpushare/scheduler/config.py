@@ -218,6 +218,13 @@ class WebConfig(_Section):
     auth: WebAuthConfig = WebAuthConfig()
 
 
+class MetricsConfig(_Section):
+    #: Export the scheduler's figures under HAMi's metric names and labels as well
+    #: (hami_gpu_memory_allocated_bytes, ...), so HAMi's Grafana dashboard works unchanged
+    #: (docs/migrate-from-hami.md); the node agent's --hami-metrics does its side.
+    hami_names: bool = False
+
+
 class SchedulerConfig(_Section):
     #: The schedulerName the webhook sets and the events carry.
     scheduler_name: str = "xpushare-scheduler"
@@ -232,6 +239,7 @@ class SchedulerConfig(_Section):
     webhook: WebhookConfig = WebhookConfig()
     leader: LeaderConfig = LeaderConfig()
     web: WebConfig = WebConfig()
+    metrics: MetricsConfig = MetricsConfig()
     #: Per-vendor plugin configuration (``vendors.<name>``), handed to the plugin host.
     vendors: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

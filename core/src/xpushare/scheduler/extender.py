@@ -343,6 +343,12 @@ class Extender:
             return answer([])
         self._remember(parsed.pod)
         result = self.feasibility.check(request, names)
+        over = self._over_quota(request, parsed.view.ref.namespace, result.fits)
+        if over:
+            # The devices fit, the namespace's quota does not: another pod of it may end.
+            result.fits = [n for n in result.fits if n not in over]
+            failed.update(over)
+            self.metrics.failures.labels(verb="filter", reason="quota").inc(len(over))
         tally: dict[str, int] = {}
         for name, message in result.failed.items():
             state = self.ledger.node(name)
@@ -369,6 +375,24 @@ class Extender:
                 + FilterResult(fits=result.fits, failed=result.failed).explain(),
             )
         return answer(result.fits)
+
+    def _over_quota(self, request: PodRequest, namespace: str, nodes: list[str]) -> dict[str, str]:
+        """The nodes of *nodes* where the pod would take its namespace past a device quota,
+        with the refusal naming the quota (work only for namespaces that have one)."""
+        quotas = self.cluster.quotas
+        if quotas is None or not nodes or not quotas.limits(namespace):
+            return {}
+        used = self.ledger.namespace_usage(namespace)
+        if not quotas.needs_node(request, namespace):
+            why = quotas.refusal(request, namespace, used)
+            return dict.fromkeys(nodes, why) if why else {}
+        out: dict[str, str] = {}
+        for name in nodes:
+            state = self.ledger.node(name)
+            why = quotas.refusal(request, namespace, used, state.tables if state else None)
+            if why:
+                out[name] = why
+        return out
 
     # -- /prioritize -------------------------------------------------------------------------------
 
@@ -487,7 +511,7 @@ class Extender:
             return self._bind_failed(pod, "no-fit", f"pod {ref} does not fit: {exc}")
         except PluginError as exc:
             return self._bind_failed(pod, "plugin-error", str(exc))
-        self.ledger.reserve(key, assignment)
+        self.ledger.reserve(key, assignment, namespace=ref.namespace)
         self.metrics.reservations.inc()
         abort = self._aborts[key] = asyncio.Event()
         self.handoffs.in_flight.add(key)

@@ -145,7 +145,7 @@ class FeasibilityChecker:
             # A vendor with its own fit, which it may have said applies to some nodes only
             # (``xpushare_fit_applies``): the others are answered by the core's shared fit.
             if observe:
-                self.placer.policy.observe(request)
+                self.placer.observe(request)
             out = Feasibility()
             (vendor,) = request.vendors
             handle = self.placer.host.vendors[vendor] if self.placer.host else None
@@ -165,7 +165,7 @@ class FeasibilityChecker:
                 )
             return out
         if observe:
-            self.placer.policy.observe(request)
+            self.placer.observe(request)
         out = Feasibility()
         nodes = self.placer.ledger.nodes
         # Small integers stand for the request shape and for node states: hashing the nested

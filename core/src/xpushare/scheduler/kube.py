@@ -36,7 +36,7 @@ from xpushare.scheduler.apiwrite import ApiWriter, WireError, writer_for
 
 log = logging.getLogger(__name__)
 
-Resource = Literal["nodes", "pods"]
+Resource = Literal["nodes", "pods", "resourcequotas"]
 Object = dict[str, Any]
 
 #: Items per page of a list: the apiserver's own default chunk for informers (client-go
@@ -227,6 +227,8 @@ class Kube:
     def _lister(self, resource: Resource) -> Any:
         if resource == "nodes":
             return self._core.list_node_without_preload_content
+        if resource == "resourcequotas":
+            return self._core.list_resource_quota_for_all_namespaces_without_preload_content
         return self._core.list_pod_for_all_namespaces_without_preload_content
 
     async def list(self, resource: Resource) -> tuple[list[Object], str]:

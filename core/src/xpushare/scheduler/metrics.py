@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from xpushare.scheduler.hami_metrics import HamiCollector, HamiSnapshot
 from xpushare.scheduling import UsageLedger
+from xpushare.scheduling.quota import QuotaBook
 
 #: Request latency buckets: the targets are 5 ms (/filter at 500 nodes), 10 ms (webhook) and
 #: 20 ms (/filter at 5,000 nodes); /bind may wait up to the handoff wait (10 s).
@@ -55,9 +57,38 @@ def ledger_rows(ledger: UsageLedger) -> list[DeviceRow]:
     return rows
 
 
+#: One row per namespace and vendor: (namespace, vendor, memory MiB booked, compute % booked).
+NamespaceRow = tuple[str, str, int, int]
+#: One row per quota cap: (namespace, quota, spec.hard key, cap, booked), in MiB or percent.
+QuotaRow = tuple[str, str, str, int, int]
+
+
+def namespace_rows(ledger: UsageLedger) -> list[NamespaceRow]:
+    """What each namespace's pods book, per vendor (cheap; called on the loop)."""
+    return [
+        (ns, vendor, memory, compute)
+        for ns in ledger.namespaces()
+        for vendor, (memory, compute) in sorted(ledger.namespace_usage(ns).items())
+    ]
+
+
+def quota_rows(ledger: UsageLedger, quotas: QuotaBook | None) -> list[QuotaRow]:
+    """Every device quota cap with what its namespace books against it."""
+    if quotas is None:
+        return []
+    out: list[QuotaRow] = []
+    for limit in quotas.all_limits():
+        used = ledger.namespace_usage(limit.namespace).get(limit.vendor, (0, 0))
+        booked = used[0] if limit.kind == "memory" else used[1]
+        out.append((limit.namespace, limit.quota, limit.key, limit.limit, booked))
+    return out
+
+
 @dataclass
 class _Snapshot:
     rows: list[DeviceRow] = field(default_factory=list)
+    namespaces: list[NamespaceRow] = field(default_factory=list)
+    quotas: list[QuotaRow] = field(default_factory=list)
 
 
 class _DeviceCollector(Collector):
@@ -99,12 +130,44 @@ class _DeviceCollector(Collector):
         yield capacity
         yield compute
         yield slots
+        ns_memory = GaugeMetricFamily(
+            "xpushare_scheduler_namespace_memory_allocated_mib",
+            "Device memory booked by the pods of a namespace (MiB), per vendor",
+            labels=["namespace", "vendor"],
+        )
+        ns_compute = GaugeMetricFamily(
+            "xpushare_scheduler_namespace_compute_allocated_percent",
+            "Device compute booked by the pods of a namespace (percent of a device, summed), "
+            "per vendor",
+            labels=["namespace", "vendor"],
+        )
+        for namespace, vendor, booked_memory, booked_compute in self._snapshot.namespaces:
+            ns_memory.add_metric([namespace, vendor], booked_memory)
+            ns_compute.add_metric([namespace, vendor], booked_compute)
+        yield ns_memory
+        yield ns_compute
+        quota_limit = GaugeMetricFamily(
+            "xpushare_scheduler_quota_limit",
+            "A ResourceQuota's cap on device memory (MiB) or compute (percent)",
+            labels=["namespace", "quota", "resource"],
+        )
+        quota_used = GaugeMetricFamily(
+            "xpushare_scheduler_quota_used",
+            "What the namespace books against a ResourceQuota's cap (MiB or percent)",
+            labels=["namespace", "quota", "resource"],
+        )
+        for namespace, quota, hard_key, limit, booked in self._snapshot.quotas:
+            quota_limit.add_metric([namespace, quota, hard_key], limit)
+            quota_used.add_metric([namespace, quota, hard_key], booked)
+        yield quota_limit
+        yield quota_used
 
 
 class SchedulerMetrics:
-    """Every metric the scheduler exports."""
+    """Every metric the scheduler exports (with *hami_names*, HAMi's scheduler metrics too:
+    :mod:`xpushare.scheduler.hami_metrics`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hami_names: bool = False) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.request_seconds = Histogram(
@@ -203,8 +266,24 @@ class SchedulerMetrics:
         )
         self._snapshot = _Snapshot()
         r.register(_DeviceCollector(self._snapshot))
+        self.hami: HamiSnapshot | None = None
+        if hami_names:
+            self.hami = HamiSnapshot()
+            r.register(HamiCollector(self.hami))
 
-    def render(self, rows: list[DeviceRow]) -> bytes:
-        """The exposition text with *rows* as the device gauges (may run off the loop)."""
+    def render(
+        self,
+        rows: list[DeviceRow],
+        namespaces: list[NamespaceRow] | None = None,
+        quotas: list[QuotaRow] | None = None,
+        hami: HamiSnapshot | None = None,
+    ) -> bytes:
+        """The exposition text with *rows* as the device gauges, *namespaces* and *quotas*
+        as the namespace and quota gauges, *hami* as HAMi's (may run off the loop)."""
         self._snapshot.rows = rows
+        self._snapshot.namespaces = namespaces or []
+        self._snapshot.quotas = quotas or []
+        if self.hami is not None and hami is not None:
+            self.hami.devices, self.hami.quotas = hami.devices, hami.quotas
+            self.hami.containers = hami.containers
         return generate_latest(self.registry)

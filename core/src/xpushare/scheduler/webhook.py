@@ -6,8 +6,13 @@ author can act on, rather than leave the pod pending with a puzzling reason. So,
 that ask for a managed resource, it
 
 * refuses what is invalid: non-numeric or negative values, memory in MiB and as a percent,
-  compute above 100, memory above the largest device of the vendor in the cluster, a
-  preset ``spec.nodeName`` (it would skip the scheduler and so the device assignment);
+  memory above the largest device of the vendor in the cluster, a preset ``spec.nodeName``
+  (it would skip the scheduler and so the device assignment), malformed
+  ``hami.io/device-scoring-weights``;
+* takes what HAMi clamps or ignores as HAMi does (compute above 100 is 100, written so in
+  the spec; a memory percent above 100 or of 0; a HAMi ``numa-bind`` that is no boolean; a
+  policy name or token HAMi does not know) and says what it changed in admission
+  ``warnings``, which kubectl prints, so a HAMi user's specs work unchanged;
 * refuses isolation bypasses, unless the namespace is allowed by configuration: the
   environment variables that switch HAMi-core's limits off or around
   (``CUDA_DISABLE_CONTROL`` first), set directly or through an ``envFrom`` prefix that could
@@ -38,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 from xpushare.codec import ASSIGNMENT_KEY
 from xpushare.errors import AdmissionDenied, PluginError
 from xpushare.models import AdmissionGuard, ContainerRequest, ContainerView, JsonPatchOp, PodView
+from xpushare.placement import policy_registry
+from xpushare.plugins.builtin.defaults import MAX_PERCENT, hami_leniencies
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler.podguard import (
     capability_name,
@@ -46,6 +53,7 @@ from xpushare.scheduler.podguard import (
     prefix_reaches,
     relation,
 )
+from xpushare.scheduling.podpolicy import policy_warnings
 from xpushare.scheduling.quantity import parse_quantity
 
 if TYPE_CHECKING:
@@ -105,6 +113,8 @@ class Webhook:
             sorted({p for guard in self._guards.values() for p in guard.device_paths})
         )
         self._denied_caps = frozenset(capability_name(c) for c in config.denied_capabilities)
+        #: The policies a pod may name in hami.io/node-scheduler-policy.
+        self._policy_names = frozenset(policy_registry(host).names())
 
     # -- the AdmissionReview envelope --------------------------------------------------------------
 
@@ -199,6 +209,10 @@ class Webhook:
         self._check_isolation(pod, namespace, who, asks)
         if not asks:
             return patches, warnings
+        try:
+            warnings.extend(policy_warnings(view.annotations, self._policy_names))
+        except ValueError as exc:
+            raise AdmissionDenied(f"{who}: {exc}") from None
         spec = ob.spec(pod)
         if spec.get("nodeName"):
             raise AdmissionDenied(
@@ -221,7 +235,7 @@ class Webhook:
                 f"{self.scheduler_name!r}"
             )
         for container, index, vendors in asks:
-            patches.extend(self._container(pod, view, container, index, vendors, who))
+            patches.extend(self._container(pod, view, container, index, vendors, who, warnings))
         return patches, warnings
 
     def isolation_problem(self, pod: ob.Object) -> str | None:
@@ -459,6 +473,7 @@ class Webhook:
         index: int,
         vendors: list[VendorHandle],
         who: str,
+        warnings: list[str],
     ) -> list[dict[str, Any]]:
         field = "initContainers" if container.init else "containers"
         where = f"{who}, {'init container' if container.init else 'container'} {container.name!r}"
@@ -475,14 +490,24 @@ class Webhook:
                 raise AdmissionDenied(str(exc)) from None
             if request is None:
                 continue
+            lenient = hami_leniencies(handle.spec, view, container)
+            warnings.extend(lenient)
+            if lenient and names.compute is not None and request.compute_percent == MAX_PERCENT:
+                patches.extend(_clamp_compute(resources, names.compute, field, index))
             self._check_memory(request, handle, where)
             additions: dict[str, str] = {}
             if names.count not in container.limits and names.count not in container.requests:
                 additions[names.count] = str(request.count)
+            # HAMi's rule: only where no memory resource is written at all (a memory of 0 is
+            # taken as not given, yet its container shares the device).
             whole = (
                 request.memory_mib is None
                 and request.memory_percent is None
                 and request.compute_percent == 0
+                and not any(
+                    n is not None and (n in container.limits or n in container.requests)
+                    for n in (names.memory, names.memory_percent)
+                )
             )
             if (
                 self.config.whole_device_exclusive
@@ -557,13 +582,6 @@ class Webhook:
                     raise AdmissionDenied(
                         f"{where}: {resource} is {raw!r}; it must be a whole number"
                     )
-        if names.compute:
-            raw = container.limits.get(names.compute) or container.requests.get(names.compute)
-            if raw is not None and parse_quantity(raw) > 100:
-                raise AdmissionDenied(
-                    f"{where}: {names.compute} is {raw!r}, but compute is a percent of each "
-                    "device: at most 100"
-                )
         if names.memory and names.memory_percent:
             has_mib = names.memory in container.limits or names.memory in container.requests
             has_pct = (
@@ -586,6 +604,26 @@ class Webhook:
                 f"the largest {handle.name} device in the cluster has {largest} MiB; ask at "
                 "most that, or more devices"
             )
+
+
+def _clamp_compute(
+    resources: dict[str, Any], resource: str, field: str, index: int
+) -> list[dict[str, Any]]:
+    """Patches that write compute above 100 as the 100 it is taken as (HAMi clamps it), so
+    the pod's spec says what it gets."""
+    out = []
+    for part in ("limits", "requests"):
+        values = resources.get(part)
+        if not isinstance(values, dict) or resource not in values:
+            continue
+        try:
+            over = parse_quantity(str(values[resource])) > MAX_PERCENT
+        except ValueError:
+            continue
+        if over:
+            path = f"/spec/{field}/{index}/resources/{part}/{escape(resource)}"
+            out.append({"op": "replace", "path": path, "value": str(MAX_PERCENT)})
+    return out
 
 
 # -- helpers of the isolation rules ---------------------------------------------------------------

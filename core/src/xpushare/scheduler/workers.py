@@ -91,6 +91,7 @@ def _line(key: str, entry: PodEntry | None) -> bytes:
                 "assignment": encode_assignment(entry.assignment, pod=key),
                 "cpu_milli": entry.cpu_milli,
                 "memory_mib": entry.memory_mib,
+                "namespace": entry.namespace,
             }
         )
         + b"\n"
@@ -339,8 +340,12 @@ class ReservationMirror:
             raise ValueError(f"reservation of {key}: the assignment must be a string")
         if not (type(cpu) is int and type(memory) is int and 0 <= cpu < 2**53 > memory >= 0):
             raise ValueError(f"reservation of {key}: cpu_milli and memory_mib must be integers")
+        namespace = message.get("namespace", "")
+        if not isinstance(namespace, str) or len(namespace) > 253:
+            raise ValueError(f"reservation of {key}: the namespace must be a name")
         assignment = decode_assignment(value, pod=key)
-        self.ledger.reserve(key, assignment, cpu_milli=cpu, memory_mib=memory)
+        # The namespace too: a worker's /filter checks quotas against its ledger's counts.
+        self.ledger.reserve(key, assignment, cpu_milli=cpu, memory_mib=memory, namespace=namespace)
         self._deadlines.pop(key, None)
         self._deadlines[key] = (time.monotonic() if now is None else now) + self.ttl_s
         while len(self._deadlines) > MAX_MIRRORED:

@@ -80,12 +80,13 @@ def quick_reject(table: DeviceTable, demand: Demand) -> FitReason | None:
     if count > len(table.devices):
         return FitReason.TOO_FEW_DEVICES
     if count > table.n_healthy:
-        return FitReason.UNHEALTHY
+        # With cordoned devices the walk says which are which.
+        return FitReason.UNHEALTHY if not table.n_cordoned else None
     if count > table.n_usable:
         if count > table.n_healthy - table.n_held:
             return FitReason.HELD_EXCLUSIVELY
         return FitReason.SLOTS_EXHAUSTED
-    if demand.exclusive and count > table.n_whole_free:
+    if (demand.exclusive or demand.idle) and count > table.n_whole_free:
         return FitReason.EXCLUSIVE_CONFLICT
     if demand.partition is not None:
         return None
@@ -115,7 +116,7 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
             used_compute += e[2]
             held += e[3]
     if not d.healthy:
-        return FitReason.UNHEALTHY
+        return FitReason.CORDONED if d.cordoned else FitReason.UNHEALTHY
     if (demand.include_models or demand.exclude_models) and not demand.model_allowed(d.model_key):
         return FitReason.MODEL_MISMATCH
     if (demand.include_uuids and d.id not in demand.include_uuids) or d.id in demand.exclude_uuids:
@@ -124,7 +125,7 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
         return FitReason.SLOTS_EXHAUSTED
     if held:
         return FitReason.HELD_EXCLUSIVELY
-    if demand.exclusive and used_slots > 0:
+    if (demand.exclusive or demand.idle) and used_slots > 0:
         return FitReason.EXCLUSIVE_CONFLICT
     compute = demand.compute
     partition = demand.partition
@@ -160,7 +161,7 @@ def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
         sig[SIG_MODEL]
     ):
         return False
-    if demand.exclusive and not sig[SIG_WHOLE]:
+    if (demand.exclusive or demand.idle) and not sig[SIG_WHOLE]:
         return False
     if demand.partition is not None:
         return False

@@ -23,7 +23,7 @@ from xpushare.models._compact import compact
 from xpushare.scheduling.state import MAX_MEMO_ENTRIES, DeviceState, DeviceTable, NodeState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 #: Node states whose shared answers the ledger keeps (each a dict of at most ``memo_limit``
 #: answers, mostly pointers to answers shared further: at the scheduler's 64, some 40 MB at
@@ -56,6 +56,8 @@ class PodEntry:
     cpu_milli: int
     memory_mib: int
     reserved: bool
+    #: The pod's namespace ("" when unknown): its usage counts against the namespace's quota.
+    namespace: str = ""
 
 
 def charges_of(assignment: PodAssignment) -> tuple[Charge, ...]:
@@ -127,6 +129,9 @@ class UsageLedger:
         self._nodes: dict[str, NodeState] = {}
         self._inventory: dict[str, dict[str, tuple[Device, ...]]] = {}
         self._entries: dict[str, PodEntry] = {}
+        #: Per namespace and vendor: [device memory MiB, compute percent] its pods book
+        #: (reservations included), kept with every add and remove: what quotas compare to.
+        self._namespaces: dict[str, dict[str, list[int]]] = {}
         self._clock = 0
         self._next_index = 0
         self._shared: dict[int, dict[Any, Any]] = {}
@@ -159,6 +164,14 @@ class UsageLedger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def namespace_usage(self, namespace: str) -> Mapping[str, tuple[int, int]]:
+        """Per vendor, the (device memory MiB, compute percent) *namespace*'s pods book."""
+        return {v: (u[0], u[1]) for v, u in self._namespaces.get(namespace, {}).items()}
+
+    def namespaces(self) -> list[str]:
+        """The namespaces whose pods book devices now."""
+        return sorted(self._namespaces)
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
@@ -207,8 +220,13 @@ class UsageLedger:
         cpu_milli: int | None = None,
         memory_mib: int | None = None,
         labels: Mapping[str, str] | None = None,
+        cordoned: Collection[str] = (),
     ) -> NodeState:
         """Register or replace a node's inventory; its pods' usage is counted again on it.
+
+        ``cordoned``: ids of devices taken out of new allocations (HAMi's
+        ``hami.io/device-cordon``): unhealthy to every fit, the vendors' included, while
+        the pods already on them stay counted.
 
         ``cpu_milli`` and ``memory_mib`` are the node's allocatable host resources (``None``:
         not checked here, e.g. because kube-scheduler checks them itself). Costs O(devices +
@@ -216,6 +234,8 @@ class UsageLedger:
         """
         by_vendor: dict[str, list[Device]] = {}
         for device in devices:
+            if device.id in cordoned and device.healthy:
+                device = device.model_copy(update={"healthy": False})
             by_vendor.setdefault(device.vendor, []).append(device)
         state = self._nodes.get(name)
         if state is None:
@@ -232,7 +252,10 @@ class UsageLedger:
                 vendor,
                 [
                     DeviceState.from_device(
-                        d, self.memory_overcommit(vendor), self.compute_overcommit(vendor)
+                        d,
+                        self.memory_overcommit(vendor),
+                        self.compute_overcommit(vendor),
+                        cordoned=d.id in cordoned,
                     )
                     for d in ds
                 ],
@@ -272,11 +295,12 @@ class UsageLedger:
         cpu_milli: int = 0,
         memory_mib: int = 0,
         reserved: bool = False,
+        namespace: str = "",
     ) -> PodEntry:
         """Count a pod's usage (replacing what was counted for *key* before).
 
         *assignment* ``None`` records a pod without devices (host resources only) on *node*.
-        Costs O(devices of the pod).
+        *namespace*: whose quota the usage counts against. Costs O(devices of the pod).
         """
         if assignment is not None:
             node = assignment.node
@@ -293,6 +317,7 @@ class UsageLedger:
             cpu_milli=cpu_milli,
             memory_mib=memory_mib,
             reserved=reserved,
+            namespace=namespace,
         )
         state = self._nodes.get(node)
         if state is None:
@@ -303,7 +328,21 @@ class UsageLedger:
         self._entries[key] = entry
         state.pods.add(key)
         self._apply(state, entry, +1)
+        self._count_namespace(entry, +1)
         return entry
+
+    def _count_namespace(self, entry: PodEntry, sign: int) -> None:
+        if not entry.charges:
+            return
+        vendors = self._namespaces.setdefault(entry.namespace, {})
+        for c in entry.charges:
+            used = vendors.setdefault(c.vendor, [0, 0])
+            used[0] += sign * c.memory
+            used[1] += sign * c.compute
+            if used == [0, 0]:
+                del vendors[c.vendor]
+        if not vendors:
+            del self._namespaces[entry.namespace]
 
     def remove(self, key: str) -> bool:
         """Stop counting a pod; ``False`` if it was not counted. O(devices of the pod)."""
@@ -313,15 +352,29 @@ class UsageLedger:
         state = self._nodes[entry.node]
         state.pods.discard(key)
         self._apply(state, entry, -1)
+        self._count_namespace(entry, -1)
         if not state.pods and entry.node not in self._inventory:
             del self._nodes[entry.node]
         return True
 
     def reserve(
-        self, key: str, assignment: PodAssignment, *, cpu_milli: int = 0, memory_mib: int = 0
+        self,
+        key: str,
+        assignment: PodAssignment,
+        *,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+        namespace: str = "",
     ) -> PodEntry:
         """Count a decision not yet bound: it is used from now on, until released or bound."""
-        entry = self.add(key, assignment, cpu_milli=cpu_milli, memory_mib=memory_mib, reserved=True)
+        entry = self.add(
+            key,
+            assignment,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
+            reserved=True,
+            namespace=namespace,
+        )
         if self.on_reservation is not None:
             self.on_reservation(key, entry)
         return entry
@@ -486,6 +539,7 @@ class UsageLedger:
                     cpu_milli=state.cpu_alloc,
                     memory_mib=state.memory_alloc,
                     labels=state.labels,
+                    cordoned={d.id for t in state.tables.values() for d in t.devices if d.cordoned},
                 )
         for entry in self._entries.values():
             fresh.add(
@@ -495,5 +549,6 @@ class UsageLedger:
                 cpu_milli=entry.cpu_milli,
                 memory_mib=entry.memory_mib,
                 reserved=entry.reserved,
+                namespace=entry.namespace,
             )
         return fresh.snapshot()

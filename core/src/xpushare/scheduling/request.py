@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from xpushare.models import ContainerRequest, PodRef
+    from xpushare.scheduling.podpolicy import PodPolicy
 
 
 class Demand:
@@ -29,6 +30,7 @@ class Demand:
         "exclude_models",
         "exclude_uuids",
         "exclusive",
+        "idle",
         "include_models",
         "include_uuids",
         "init",
@@ -42,7 +44,9 @@ class Demand:
         "vendor",
     )
 
-    def __init__(self, request: ContainerRequest, *, init: bool = False) -> None:
+    def __init__(
+        self, request: ContainerRequest, *, init: bool = False, idle: bool = False
+    ) -> None:
         self.request = request
         self.vendor = request.vendor
         self.container = request.container
@@ -59,6 +63,9 @@ class Demand:
         self.numa_bind = request.numa_bind
         self.partition = request.partition
         self.mode = request.mode
+        #: Only devices no other container uses (HAMi's ``mutex`` GPU policy); the demand
+        #: still books what it asks, unlike ``exclusive``.
+        self.idle = idle
         self.key: tuple[Any, ...] = (
             self.vendor,
             init,
@@ -74,6 +81,7 @@ class Demand:
             self.numa_bind,
             self.partition,
             self.mode,
+            idle,
         )
 
     def memory_for(self, physical_mib: int) -> int:
@@ -114,6 +122,8 @@ class PodRequest:
     key: tuple[Any, ...] = field(default=(), compare=False)
     #: The vendors asked for (set once: read for every node).
     vendors: frozenset[str] = field(default=frozenset(), compare=False)
+    #: The pod's own policy choice (its HAMi policy annotations); ``None``: the cluster's.
+    policy: PodPolicy | None = field(default=None, compare=False)
 
     @classmethod
     def build(
@@ -124,8 +134,12 @@ class PodRequest:
         cpu_milli: int = 0,
         memory_mib: int = 0,
         pod: PodRef | None = None,
+        policy: PodPolicy | None = None,
     ) -> PodRequest:
-        demands = tuple(Demand(r, init=True) for r in init) + tuple(Demand(r) for r in requests)
+        idle = policy is not None and policy.mutex
+        demands = tuple(Demand(r, init=True, idle=idle) for r in init) + tuple(
+            Demand(r, idle=idle) for r in requests
+        )
         key = (cpu_milli, memory_mib, tuple(d.key for d in demands))
         return cls(
             demands=demands,
@@ -134,6 +148,7 @@ class PodRequest:
             pod=pod,
             key=key,
             vendors=frozenset(d.vendor for d in demands),
+            policy=policy,
         )
 
     @property

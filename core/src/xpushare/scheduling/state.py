@@ -51,10 +51,18 @@ class DeviceState:
     exclusive: int = 0  # number of containers holding the device exclusively
     partitions_used: Counter[str] = field(default_factory=Counter)
     sig: tuple[Any, ...] | None = None  # cached device_signature; None after a change
+    #: Taken out of new allocations by the node's ``hami.io/device-cordon`` (then also
+    #: unhealthy, so every summary leaves it out); kept to say why.
+    cordoned: bool = False
 
     @classmethod
     def from_device(
-        cls, device: Device, memory_overcommit: float = 1.0, compute_overcommit: float = 1.0
+        cls,
+        device: Device,
+        memory_overcommit: float = 1.0,
+        compute_overcommit: float = 1.0,
+        *,
+        cordoned: bool = False,
     ) -> DeviceState:
         return cls(
             id=device.id,
@@ -62,7 +70,7 @@ class DeviceState:
             model=device.model,
             model_key=device.model.upper(),
             numa=device.numa_node,
-            healthy=device.healthy,
+            healthy=device.healthy and not cordoned,
             memory_mib=device.memory_mib,
             memory_cap=int(device.memory_mib * memory_overcommit),
             compute_cap=int(100 * compute_overcommit),
@@ -70,6 +78,7 @@ class DeviceState:
             partitions={
                 p.name: (p.memory_mib, p.compute_percent, p.max_count) for p in device.partitions
             },
+            cordoned=cordoned,
         )
 
     @property
@@ -133,6 +142,7 @@ class DeviceTable:
         "max_free_memory",
         "mem_cap_total",
         "mem_used",
+        "n_cordoned",
         "n_healthy",
         "n_held",
         "n_usable",
@@ -154,6 +164,8 @@ class DeviceTable:
         self.vendor = vendor
         self.devices = sorted(devices, key=lambda d: (d.index, d.id))
         self.by_id = {d.id: d for d in self.devices}
+        #: Devices cordoned (fixed for the table's life: a cordon change builds a new one).
+        self.n_cordoned = sum(d.cordoned for d in self.devices)
         memories = {d.memory_mib for d in self.devices}
         #: Physical memory of every device when they all have the same, else ``None``: lets a
         #: percent request be checked against the summary without a device scan.

@@ -54,6 +54,7 @@ _KINDS = {
     "leases": "Lease",
     "namespaces": "Namespace",
     "configmaps": "ConfigMap",
+    "resourcequotas": "ResourceQuota",
     "resourceslices": "ResourceSlice",
     "resourceclaims": "ResourceClaim",
     "resourceclaimtemplates": "ResourceClaimTemplate",

@@ -12,7 +12,12 @@ hook out gets these, and one that implements it may still return ``None`` to fal
   checked as text before any arithmetic (:mod:`xpushare.scheduling.quantity`) and refused,
   naming the container, the resource and the limit, beyond what a Kubernetes quantity or a
   device can mean (:data:`~xpushare.models.request.MAX_DEVICE_COUNT`,
-  :data:`~xpushare.models.request.MAX_DEVICE_MEMORY_MIB`).
+  :data:`~xpushare.models.request.MAX_DEVICE_MEMORY_MIB`). What HAMi clamps or ignores is
+  taken as HAMi takes it, so a HAMi user's specs work unchanged, and :func:`hami_leniencies`
+  says what was changed (the webhook passes it on as admission warnings): compute above 100
+  is 100, a memory percent above 100 is 100 and one of 0 is ignored, so is a memory of 0
+  (HAMi-core would read a 0 limit as none), a HAMi ``numa-bind`` that is not a Go boolean
+  is false.
 * ``xpushare_fit`` is :func:`xpushare.scheduling.default_fit`.
 * ``xpushare_register_policies`` registers the core's placement policies.
 """
@@ -58,6 +63,13 @@ _HAMI_NOUSE_MODEL = ("nouse-gputype",)
 _HAMI_USE_UUID = ("use-gpuuuid", "use-gpu-uuid")
 _HAMI_NOUSE_UUID = ("nouse-gpuuuid", "nouse-gpu-uuid")
 _HAMI_NUMA_BIND = ("numa-bind",)
+
+#: What HAMi's ``numa-bind`` takes (Go's strconv.ParseBool); any other value is false there.
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+#: The largest compute and memory percents: HAMi clamps a larger request to this
+#: (nvidia/device.go: Fit for cores, GenerateResourceRequests for the memory percent).
+MAX_PERCENT = 100
 
 
 def _who(pod: PodView, container: ContainerView) -> str:
@@ -105,10 +117,15 @@ def _list(annotations: Mapping[str, str], keys: Sequence[str]) -> tuple[str, ...
 
 
 def _flag(annotations: Mapping[str, str], keys: Sequence[str], who: str) -> bool:
-    for key in keys:
+    """Whether one of *keys* is true: ours (the first) strictly, HAMi's as HAMi reads them."""
+    for n, key in enumerate(keys):
         raw = annotations.get(key)
         if raw is None:
             continue
+        if n:
+            if raw in _GO_TRUE:
+                return True
+            continue  # false, or not a boolean: false for HAMi (hami_leniencies warns)
         value = raw.strip().lower()
         if value not in ("true", "false"):
             raise ValueError(f"{who}: annotation {key} must be 'true' or 'false', got {shown(raw)}")
@@ -165,22 +182,28 @@ def xpushare_resource_request(
         )
         if memory < 0:
             raise ValueError(f"{who}: {names.memory} must be >= 0, got {shown(raw_memory)}")
-        memory_mib = memory * vendor.memory_unit_mib
+        # 0 is as if not given, as in HAMi: booking 0 MiB would hand HAMi-core a limit of
+        # 0, which it reads as "no limit" (the whole device, unbooked).
+        memory_mib = memory * vendor.memory_unit_mib or None
     memory_percent = None
     if raw_percent is not None:
         memory_percent = _integer(
             raw_percent, str(names.memory_percent), who, advice="ask for 1 to 100 (percent)"
         )
-        if not 1 <= memory_percent <= 100:
+        if memory_percent < 0:
             raise ValueError(
                 f"{who}: {names.memory_percent} must be between 1 and 100, got {shown(raw_percent)}"
             )
+        # HAMi's rules: above 100 is 100; 0 is as if not given.
+        memory_percent = min(memory_percent, MAX_PERCENT) or None
     if memory_mib is not None and memory_percent is not None:
         raise ValueError(
             f"{who}: asks memory both as {names.memory} and as {names.memory_percent}; "
             "keep one of them"
         )
-    compute = 0
+    if memory_mib is None and memory_percent is None and vendor.default_memory_mib:
+        memory_mib = vendor.default_memory_mib  # HAMi's defaultMemory
+    compute = vendor.default_compute_percent  # HAMi's defaultCores
     if raw_compute is not None:
         compute = _integer(
             raw_compute,
@@ -188,11 +211,12 @@ def xpushare_resource_request(
             who,
             advice="compute is a percent of each device: ask for 0 to 100",
         )
-        if not 0 <= compute <= 100:
+        if compute < 0:
             raise ValueError(
                 f"{who}: {names.compute} is a percent of each device, 0 to 100, "
                 f"got {shown(raw_compute)}"
             )
+        compute = min(compute, MAX_PERCENT)  # HAMi clamps it
     domain = names.count.split("/", 1)[0]
     ann = pod.annotations
 
@@ -213,6 +237,55 @@ def xpushare_resource_request(
         uuids_exclude=_list(ann, keys(NOUSE_UUID, _HAMI_NOUSE_UUID)),
         numa_bind=_flag(ann, keys(NUMA_BIND, _HAMI_NUMA_BIND), who),
     )
+
+
+def _number(raw: str | None) -> int | None:
+    """*raw* as a whole number, ``None`` if it is none (the parser explains those)."""
+    if raw is None:
+        return None
+    try:
+        value = parse_quantity(raw)
+    except ValueError:
+        return None
+    return int(value) if value == value.to_integral_value() else None
+
+
+def hami_leniencies(vendor: VendorSpec, pod: PodView, container: ContainerView) -> list[str]:
+    """What :func:`xpushare_resource_request` took differently from what *container* wrote,
+    as HAMi does, one sentence each (the webhook's admission warnings)."""
+    names = vendor.resource_names
+    who = _who(pod, container)
+    out: list[str] = []
+    compute = _number(_value(container, names.compute))
+    if compute is not None and compute > MAX_PERCENT:
+        out.append(
+            f"{who}: {names.compute} {compute} is above 100 % of a device; taken as 100 "
+            "(the device exclusively), as HAMi does"
+        )
+    if _number(_value(container, names.memory)) == 0:
+        out.append(
+            f"{who}: {names.memory} 0 is taken as not given, as HAMi does (the container gets "
+            "the memory of a request without one, not an unlimited share)"
+        )
+    percent = _number(_value(container, names.memory_percent))
+    if percent is not None and percent > MAX_PERCENT:
+        out.append(
+            f"{who}: {names.memory_percent} {percent} is above 100 %; taken as 100, as HAMi does"
+        )
+    elif percent == 0:
+        out.append(
+            f"{who}: {names.memory_percent} 0 is ignored, as HAMi ignores it (the container "
+            "gets the memory of a request without one)"
+        )
+    domain = names.count.split("/", 1)[0]
+    for key in (f"{domain}/{k}" for k in _HAMI_NUMA_BIND):
+        raw = pod.annotations.get(key) if key != NUMA_BIND else None  # ours is strict
+        if raw is not None and raw not in _GO_TRUE and raw not in _GO_FALSE:
+            out.append(
+                f"pod {pod.ref}: annotation {key} {shown(raw)} is not a boolean; taken as false "
+                "(no NUMA binding), as HAMi does: write 'true' or 'false'"
+            )
+    return out
 
 
 @hookimpl(trylast=True)
