@@ -184,14 +184,18 @@ class FgdCpuPolicy(FragmentationPolicy):
         best = self.best(node, request)
         if not self.cpu_aware:
             return fgd_score(best.growth)
-        return (-best.growth, -self._tie(node, request, best), self._best_fit.score(node, request))
+        return (
+            fgd_score(best.growth),
+            -self._tie(node, request, best),
+            self._best_fit.score(node, request),
+        )
 
     def score_many(
         self, nodes: Sequence[NodeState], request: PodRequest
     ) -> list[float | tuple[float, ...] | None]:
         # The whole key at once, not a lazy tie-break: the arrays measure the CPU-aware
         # growth with FGD's (fragbatch), and a first pass over the nodes tied on FGD's
-        # growth, one by one, cost more than the rest of the decision.
+        # score, one by one, cost more than the rest of the decision.
         bests = self.best_many(nodes, request)
         if not self.cpu_aware:
             return [None if b.growth == _INF else fgd_score(b.growth) for b in bests]
@@ -201,7 +205,9 @@ class FgdCpuPolicy(FragmentationPolicy):
             )
         )
         return [
-            None if b.growth == _INF else (-b.growth, -self._tie(n, request, b), next(fits))
+            None
+            if b.growth == _INF
+            else (fgd_score(b.growth), -self._tie(n, request, b), next(fits))
             for n, b in zip(nodes, bests, strict=True)
         ]
 
