@@ -45,8 +45,8 @@ def test_workers_return_results_in_job_order_and_report_progress(
     parallel = run_jobs(setups, jobs, workers=2, progress=lambda d, t: seen.append((d, t)))
     serial = run_jobs(setups, jobs, workers=1)
     assert [(r.policy, r.seed) for r in parallel] == [(j.policy, j.seed) for j in jobs]
-    strip = [r.to_json() | {"seconds": 0} for r in parallel]
-    assert strip == [r.to_json() | {"seconds": 0} for r in serial]
+    strip = [r.to_json() | {"seconds": 0, "cpu_seconds": 0} for r in parallel]
+    assert strip == [r.to_json() | {"seconds": 0, "cpu_seconds": 0} for r in serial]
     assert len({r.allocation_ratio for r in parallel}) > 1  # the jobs really differ
     assert seen[-1] == (len(jobs), len(jobs))
     assert all(t == len(jobs) and 0 <= d <= len(jobs) for d, t in seen)
@@ -75,6 +75,6 @@ def test_jobs_flag_gives_the_same_json(tmp_path: Path, monkeypatch: pytest.Monke
     def strip(doc: dict[str, object]) -> object:
         runs = doc["runs"]
         assert isinstance(runs, list)
-        return [r | {"seconds": 0} for r in runs]
+        return [r | {"seconds": 0, "cpu_seconds": 0} for r in runs]
 
     assert strip(json.loads(one.output)) == strip(json.loads(two.output))

@@ -190,3 +190,18 @@ def test_unknown_trace_is_refused_with_the_known_ones(runner: CliRunner) -> None
     result = runner.invoke(main, ["simulate", "--trace", "default,nope"])
     assert result.exit_code == 2 and "unknown trace 'nope'" in result.output
     assert "gpuspec33" in result.output
+
+
+def test_plot_with_a_reference_draws_the_deltas_of_several_traces(
+    runner: CliRunner, openb_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "deltas.png"
+    args = ["simulate", "--data-dir", str(openb_dir), "--trace", "default,cpu050", "--quiet"]
+    result = runner.invoke(main, [*args, "--policy", "fgd", "--plot", str(out)])
+    assert result.exit_code == 2 and "with --reference the deltas" in result.output
+    ref = _ref_file(tmp_path)
+    result = runner.invoke(
+        main, [*args, "--policy", "fgd", "--reference", str(ref), "--plot", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

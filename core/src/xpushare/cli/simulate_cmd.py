@@ -121,7 +121,8 @@ def _traces(value: str | None) -> list[str]:
     "--plot",
     "plot_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Draw allocation against arrived demand per policy to this PNG (needs xpushare[plot]).",
+    help="Draw allocation against arrived demand per policy to this PNG (needs xpushare[plot]);"
+    " with --reference and several traces, the deltas to the reference's FGD.",
 )
 @click.option(
     "--reference",
@@ -176,6 +177,7 @@ def command(
     """
     from xpushare.simulator import TraceError, datasets
     from xpushare.simulator.batch import Job, Setup, run_jobs
+    from xpushare.simulator.reference import seed_text
 
     policies = _policies(policy_list)
     traces = _traces(trace_list)
@@ -186,8 +188,10 @@ def command(
             raise click.ClickException(
                 "--plot needs matplotlib: pip install 'xpushare[plot]' (or uv sync --extra plot)"
             ) from None
-        if len(traces) > 1:
-            raise click.UsageError("--plot draws one trace; give one --trace")
+        if len(traces) > 1 and reference_path is None:
+            raise click.UsageError(
+                "--plot draws one trace's curves, or with --reference the deltas of several"
+            )
     if traces and (nodes_path or pods_path):
         raise click.UsageError("give either --trace or --nodes/--pods, not both")
     if reference_path is not None and not traces:
@@ -300,7 +304,19 @@ def command(
             for r in rs:
                 ours.setdefault(r.policy, {})[r.seed] = r.allocation_ratio
             comparisons.extend(compare(reference[0], src.label, ours, reference[1]))
-    if plot_path is not None:
+    if plot_path is not None and len(per_source) > 1:
+        from xpushare.simulator.report import plot_deltas
+
+        try:
+            plot_deltas(
+                comparisons,
+                plot_path,
+                title=f"GPUs allocated at {target:g}% arrived demand, ours minus the FGD"
+                f" authors' FGD (seeds {seed_text(seeds)})",
+            )
+        except (RuntimeError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+    elif plot_path is not None:
         from xpushare.simulator.report import plot
 
         src, rs = per_source[0]

@@ -63,6 +63,9 @@ class RunResult:
     #: (arrived demand, allocated), both in % of capacity, at each whole percent of arrival.
     curve: list[tuple[float, float]] = field(default_factory=list)
     seconds: float = 0.0
+    #: CPU time of the replay (this process): on a shared machine, what the replay itself
+    #: cost, whatever else ran beside it.
+    cpu_seconds: float = 0.0
 
     @property
     def allocation_ratio(self) -> float:
@@ -100,6 +103,7 @@ class RunResult:
             "failures": dict(sorted(self.failures.items(), key=lambda kv: -kv[1])),
             "curve": [[round(a, 3), round(b, 3)] for a, b in self.curve],
             "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
         }
 
 
@@ -202,6 +206,7 @@ class Simulation:
         decision is appended to *decisions* when given.
         """
         started = time.perf_counter()
+        cpu_started = time.process_time()
         if order is None:
             order = arrivals(self.tasks, self.capacity, seed=seed, inflation=self.inflation)
         ledger = self.config.new_ledger(memo_limit=SIMULATION_MEMO_ENTRIES)
@@ -249,6 +254,7 @@ class Simulation:
         result.free_gpus = free / UNITS
         result.failures = dict(failures)
         result.seconds = time.perf_counter() - started
+        result.cpu_seconds = time.process_time() - cpu_started
         if progress is not None:
             progress(total, total)
         return result
