@@ -146,8 +146,8 @@ def test_fgd_ties_on_the_integer_score_go_to_the_first_node_in_the_fleet() -> No
     # Two 1-GPU nodes; "b" has 30 % booked. A 60 % task grows fragmentation by 8 units on
     # the empty node (its 400 left cannot hold the rare 50 % shape) and by 2 on "b": both
     # score 49, so FGD takes the node registered first. fgd-cpu, the default, settles the
-    # tie (CPU-aware growth, then best-fit: "b" has less left) and takes "b" whatever the
-    # order, unless the workload is pinned to models: then it is FGD, integer score included.
+    # tie by the CPU-aware growth (with no CPU asked, FGD's own: 2 on "b", 8 on "a") and
+    # takes "b" whatever the order, unless the workload is pinned to models: then it is FGD.
     w = workload((share(50), 0.02), (share(10), 0.98))
     pinned = workload(
         (pod(memory_percent=50, compute_percent=50, models_include=("A100",)), 0.02),
