@@ -119,7 +119,7 @@ def main() -> int:
         from xpushare.simulator.fleet import pod_view
 
         counts: Counter[TaskShape] = Counter()
-        placer = sim._placer_for_parsing()
+        placer = sim.request_parser()
         for i, (t, n) in enumerate(their_typical(args.log, tasks)):
             shape = TaskShape.of(placer.request(pod_view(t, sim.names)))
             # Their shapes are keyed by the raw model string: keep theirs apart.

@@ -162,12 +162,13 @@ class Simulation:
     def _parse(self, placer: Placer, task: TaskSpec) -> PodRequest:
         return placer.request(pod_view(task, self.names))
 
-    def _placer_for_parsing(self) -> Placer:
+    def request_parser(self) -> Placer:
+        """A placer on an empty ledger, for turning this replay's tasks into requests."""
         return Placer(self.config.new_ledger(), "binpack", host=self.host, config=self.config)
 
     def _workload(self, coverage: float) -> Workload:
         """The trace's task shapes and frequencies, the FGD paper's "typical pods"."""
-        placer = self._placer_for_parsing()
+        placer = self.request_parser()
         parsed: dict[tuple[Any, ...], TaskShape] = {}
         counts: Counter[TaskShape] = Counter()
         for t in self.tasks:
