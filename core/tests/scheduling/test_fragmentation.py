@@ -145,9 +145,9 @@ def test_fgd_score_is_the_authors_integer_sigmoid_of_the_growth() -> None:
 def test_fgd_ties_on_the_integer_score_go_to_the_first_node_in_the_fleet() -> None:
     # Two 1-GPU nodes; "b" has 30 % booked. A 60 % task grows fragmentation by 8 units on
     # the empty node (its 400 left cannot hold the rare 50 % shape) and by 2 on "b": both
-    # score 49, so FGD takes the node registered first. fgd-cpu, the default, still ranks
-    # by the exact growth and takes "b" whatever the order, unless the workload is pinned to
-    # models: then it is FGD, integer score included.
+    # score 49, so FGD takes the node registered first. fgd-cpu, the default, settles the
+    # tie by the CPU-aware growth (with no CPU asked, FGD's own: 2 on "b", 8 on "a") and
+    # takes "b" whatever the order, unless the workload is pinned to models: then it is FGD.
     w = workload((share(50), 0.02), (share(10), 0.98))
     pinned = workload(
         (pod(memory_percent=50, compute_percent=50, models_include=("A100",)), 0.02),
@@ -171,6 +171,31 @@ def test_fgd_ties_on_the_integer_score_go_to_the_first_node_in_the_fleet() -> No
         assert not cpu_pinned.cpu_aware
         assert [cpu_pinned.score(nodes[n], task) for n in "ab"] == [49, 49]
         assert Placer(ledger, cpu_pinned).select(task) == order[0]
+
+
+def test_fgd_cpu_ranks_by_the_integer_score_then_the_cpu_aware_growth() -> None:
+    # Shapes: 50 % of a GPU, no CPU (2 %); 10 % with 4 cores (98 %). The task: 60 % with 8.
+    # "x": an empty GPU and 12 cores free. After the task its 400 units cannot hold the 50 %
+    # shape (FGD growth 8), but its cores were stranding GPU capacity: 3 copies of the 10 %
+    # shape could run before (700 units stranded), 1 after (300), so the CPU-aware measure
+    # shrinks by 384. "y": a GPU 30 % booked and 64 cores: FGD growth 2, CPU-aware growth 2.
+    # The exact growth prefers "y"; both score 49, and the CPU-aware growth prefers "x".
+    w = workload((share(50), 0.02), (share(10, cpu=4000), 0.98))
+    task = share(60, cpu=8000)
+    for order in (("x", "y"), ("y", "x")):
+        ledger = UsageLedger()
+        for name in order:
+            ledger.set_node(name, gpus(name, 1), cpu_milli=12000 if name == "x" else 64000)
+        use(ledger, "p", "y", 0, 30)
+        nodes = ledger.nodes
+        fgd = FragmentationPolicy(w)
+        assert [fgd.best(nodes[n], task).growth for n in "xy"] == [8, 2]
+        policy = FgdCpuPolicy(w)
+        assert policy.cpu_aware
+        keys = [policy.score(nodes[n], task) for n in "xy"]
+        assert [k[:2] for k in keys] == [(49, 384), (49, -2)]  # type: ignore[index]
+        assert policy.score_many([nodes["x"], nodes["y"]], task) == keys
+        assert Placer(ledger, policy).select(task) == "x"
 
 
 def test_workload_keeps_the_most_popular_shapes_up_to_the_coverage() -> None:

@@ -14,8 +14,10 @@ import pytest
 from xpushare.plugins import HostSettings, PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.plugins.builtin import mock as mock_plugin
+from xpushare.plugins.builtin.defaults import USE_MODEL
 from xpushare.scheduling import UsageLedger
-from xpushare.simulator import NodeSpec, Simulation, TaskSpec, arrivals, engine
+from xpushare.simulator import NodeSpec, Simulation, TaskSpec, arrivals, engine, fleet
+from xpushare.simulator.engine import Placement
 from xpushare.simulator.fleet import seeded_order
 
 
@@ -54,7 +56,10 @@ def test_replay_is_deterministic_and_reports_the_metrics(host: PluginHost) -> No
     sim = Simulation(nodes, TASKS, host=host)
     first = sim.run("fgd", seed=3)
     again = sim.run("fgd", seed=3)
-    assert first.to_json() | {"seconds": 0} == again.to_json() | {"seconds": 0}
+    assert first.to_json() | {"seconds": 0, "cpu_seconds": 0} == again.to_json() | {
+        "seconds": 0,
+        "cpu_seconds": 0,
+    }
     assert first.capacity_gpus == 4
     assert first.arrived_gpus <= 4 + 1e-9
     assert first.allocated_gpus <= first.arrived_gpus
@@ -129,6 +134,7 @@ sim = Simulation(nodes, tasks, host=host)
 runs = [sim.run(p, seed=int(sys.argv[1])).to_json() for p in ("fgd", "fgd-cpu", "best-fit")]
 for r in runs:
     r.pop("seconds")
+    r.pop("cpu_seconds")
 print(json.dumps({"fleet": [n.name for n in sim.fleet(int(sys.argv[1]))], "runs": runs}))
 """
 
@@ -152,3 +158,39 @@ def test_a_replay_is_the_same_in_every_process_for_a_seed() -> None:
     assert replay("2", 7) == first
     assert any(r["tasks_placed"] for r in first["runs"])
     assert replay("1", 8)["fleet"] != first["fleet"]
+
+
+def test_a_model_list_with_repeats_is_a_shape_of_its_own_but_asks_the_same(
+    host: PluginHost,
+) -> None:
+    # gpuspec33 has V100M16|V100M32|V100M32 beside V100M16|V100M32: the FGD authors key
+    # typical pods by the list as written, so the two are two shapes; the pods ask alike.
+    nodes = [
+        NodeSpec("v16", 16000, 65536, 2, "V100M16"),
+        NodeSpec("v32", 16000, 65536, 2, "V100M32"),
+    ]
+    tasks = [
+        TaskSpec("a", 1000, 10, 1, 1000, ("V100M16", "V100M32")),
+        TaskSpec("b", 1000, 10, 1, 1000, ("V100M16", "V100M32", "V100M32")),
+        TaskSpec("c", 1000, 10, 1, 1000, ("V100M16", "V100M32")),
+    ]
+    assert tasks[1].models == ("V100M16", "V100M32")
+    sim = Simulation(nodes, tasks, host=host, inflation=1.0, target=1.0)
+    assert sorted(sim.workload.raw) == [1.0, 2.0]
+    assert len({s.demand.key for s in sim.workload.shapes if s.demand}) == 1
+    assert fleet.pod_view(tasks[1], sim.names).annotations == {USE_MODEL: "V100M16,V100M32"}
+
+
+def test_an_exported_arrival_order_and_fleet_order_are_replayed_as_given(
+    host: PluginHost,
+) -> None:
+    nodes = [NodeSpec(f"n{i}", 16000, 65536, 2, "T4") for i in range(3)]
+    sim = Simulation(nodes, TASKS, host=host, inflation=1.3, target=1.3)
+    order = [TASKS[0], TASKS[1], TASKS[3], TaskSpec("big", 64000, 10, 1, 1000)]
+    decisions: list[Placement] = []
+    result = sim.run("fgd", order=order, fleet=nodes[::-1], decisions=decisions)
+    assert [d.task for d in decisions] == ["whole", "half", "cpu", "big"]
+    # Every node scores alike for the first task: it goes to the first of the given order.
+    assert decisions[0].node == "n2" and len(decisions[0].devices) == 1
+    assert decisions[3].node is None and decisions[3].devices == ()
+    assert result.tasks_arrived == 4 and result.tasks_placed == 3

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from xpushare.placement import PlacementConfig
 from xpushare.scheduling import DEFAULT_POLICY
 from xpushare.simulator.datasets import TRACES
+
+if TYPE_CHECKING:
+    from xpushare.simulator import Simulation
 
 DEFAULT_POLICIES = ",".join(dict.fromkeys(["best-fit", "fgd", DEFAULT_POLICY]))
 
@@ -31,11 +34,29 @@ def _policies(value: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _traces(value: str | None) -> list[str]:
+    if value is None:
+        return []
+    names = [t.strip() for t in value.split(",") if t.strip()]
+    if names == ["all"]:
+        return list(TRACES)
+    unknown = [t for t in names if t not in TRACES]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"unknown trace {', '.join(map(repr, unknown)) or 'list'}; known: all, "
+            + ", ".join(TRACES),
+            param_hint="--trace",
+        )
+    return list(dict.fromkeys(names))
+
+
 @click.command("simulate")
 @click.option(
     "--trace",
-    type=click.Choice(TRACES),
-    help="A full openb trace by name (files from --data-dir). Default: the embedded sample.",
+    "trace_list",
+    metavar="NAME[,NAME...]|all",
+    help="Full openb traces by name, comma-separated, or all 17 (files from --data-dir)."
+    " Default: the embedded sample.",
 )
 @click.option(
     "--data-dir",
@@ -109,11 +130,29 @@ def _policies(value: str) -> list[str]:
     "--plot",
     "plot_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Draw allocation against arrived demand per policy to this PNG (needs xpushare[plot]).",
+    help="Draw allocation against arrived demand per policy to this PNG (needs xpushare[plot]);"
+    " with --reference and several traces, the deltas to the reference's FGD.",
+)
+@click.option(
+    "--reference",
+    "reference_path",
+    is_flag=False,
+    flag_value="shipped",
+    metavar="[FILE]",
+    help="Print our figures beside a reference table (trace, policy, seed,"
+    " alloc_pct_at_arrived_<percent>) with deltas; bare --reference: the FGD authors'"
+    " published results, shipped with xpushare. Needs --trace.",
+)
+@click.option(
+    "--jobs",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Replays (traces x seeds x policies) run at once, each in a process of its own.",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(
-    trace: str | None,
+    trace_list: str | None,
     data_dir: Path | None,
     nodes_path: Path | None,
     pods_path: Path | None,
@@ -127,6 +166,8 @@ def command(
     mig_list: str,
     as_json: bool,
     plot_path: Path | None,
+    reference_path: str | None,
+    jobs: int,
     quiet: bool,
 ) -> None:
     """Replay a workload against a simulated fleet and compare placement policies.
@@ -143,12 +184,14 @@ def command(
       xpushare simulate --trace default --repeat 3    # full trace, seeds 42-44
       xpushare simulate --nodes fleet.yaml --pods tasks.yaml --policy binpack,spread
       xpushare simulate --mig A100                    # A100s cut by MIG, not shared
+      xpushare simulate --trace all --repeat 10 --policy fgd,fgd-cpu --reference --jobs 2
     """
-    from xpushare.plugins import PluginHost
-    from xpushare.simulator import Simulation, TraceError, datasets, read_nodes, read_tasks
-    from xpushare.simulator.report import plot, summarize
+    from xpushare.simulator import TraceError, datasets
+    from xpushare.simulator.batch import Job, Setup, run_jobs
+    from xpushare.simulator.reference import seed_text
 
     policies = _policies(policy_list)
+    traces = _traces(trace_list)
     if plot_path is not None:
         try:
             import matplotlib  # noqa: F401
@@ -156,13 +199,32 @@ def command(
             raise click.ClickException(
                 "--plot needs matplotlib: pip install 'xpushare[plot]' (or uv sync --extra plot)"
             ) from None
-    if trace and (nodes_path or pods_path):
+        if len(traces) > 1 and reference_path is None:
+            raise click.UsageError(
+                "--plot draws one trace's curves, or with --reference the deltas of several"
+            )
+    if traces and (nodes_path or pods_path):
         raise click.UsageError("give either --trace or --nodes/--pods, not both")
+    if reference_path is not None and not traces:
+        raise click.UsageError("--reference compares published traces: give --trace")
+    reference = None
+    if reference_path is not None:
+        reference = _load_reference(reference_path, target)
+
+    sources: list[_Source] = []
     try:
-        if trace:
-            nodes_path, pods_path = datasets.trace_files(trace, data_dir)
-            source = f"openb {trace} ({pods_path.parent})"
-            short = f"openb {trace}"
+        if traces:
+            for trace in traces:
+                nodes_file, pods_file = datasets.trace_files(trace, data_dir)
+                sources.append(
+                    _Source(
+                        trace,
+                        f"openb {trace} ({pods_file.parent})",
+                        f"openb {trace}",
+                        nodes_file,
+                        pods_file,
+                    )
+                )
         else:
             if nodes_path is None and pods_path is None:
                 source = "embedded openb sample (of the default trace)"
@@ -170,32 +232,46 @@ def command(
             else:
                 source = f"{nodes_path or 'embedded nodes'} / {pods_path or 'embedded tasks'}"
                 short = (pods_path or nodes_path or Path("fleet")).name
-            nodes_path = nodes_path or datasets.SAMPLE_NODES
-            pods_path = pods_path or datasets.SAMPLE_PODS
-        nodes = read_nodes(nodes_path)
-        tasks = read_tasks(pods_path)
+            sources.append(
+                _Source(
+                    "",
+                    source,
+                    short,
+                    nodes_path or datasets.SAMPLE_NODES,
+                    pods_path or datasets.SAMPLE_PODS,
+                )
+            )
     except (TraceError, FileNotFoundError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
 
-    host = PluginHost.from_environment()
-    config = PlacementConfig.model_validate({"tie_break": tie_break, "seed": seed})
-    try:
-        sim = Simulation(
-            nodes,
-            tasks,
-            host=host,
-            config=config,
+    setups = {
+        src.label: Setup(
+            nodes=src.nodes_file.resolve(),
+            pods=src.pods_file.resolve(),
             inflation=inflation,
             target=target / 100,
-            node_order="listed" if node_order == "listed" else "seeded",
-            mig_models=[m.strip() for m in mig_list.split(",") if m.strip()],
+            node_order=node_order,
+            tie_break=tie_break,
+            config_seed=seed,
+            mig_models=tuple(m.strip() for m in mig_list.split(",") if m.strip()),
         )
-    except ValueError as exc:
+        for src in sources
+    }
+    # Every file, policy name and the protocol are checked here, before any worker starts.
+    try:
+        for src in sources:
+            src.sim = setups[src.label].build()
+        from xpushare.placement.placer import policy_registry
+
+        registry = policy_registry(sources[0].built.host)
+        for name in policies:
+            registry.create(name, sources[0].built.config.policy_options)
+    except (TraceError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
 
     seeds = list(range(seed, seed + repeat))
+    batch = [Job(src.label, name, s) for src in sources for s in seeds for name in policies]
     err = Console(stderr=True)
-    runs = []
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -205,53 +281,203 @@ def command(
         disable=quiet or (as_json and not err.is_terminal),
         transient=True,
     ) as progress:
-        for s in seeds:
-            for name in policies:
-                task = progress.add_task(f"{name} (seed {s})", total=1)
+        bar = progress.add_task(
+            f"{len(batch)} replay{'s' if len(batch) != 1 else ''}"
+            f" ({len(sources)} trace{'s' if len(sources) != 1 else ''} x {len(seeds)}"
+            f" seed{'s' if len(seeds) != 1 else ''} x {len(policies)}"
+            f" polic{'ies' if len(policies) != 1 else 'y'}, {jobs} at a time)",
+            total=len(batch),
+        )
 
-                def step(done: int, total: int, task: Any = task) -> None:
-                    progress.update(task, completed=done, total=total)
+        def step(done: float, total: int) -> None:
+            progress.update(bar, completed=done, total=total)
 
-                try:
-                    runs.append(sim.run(name, seed=s, progress=step))
-                except ValueError as exc:
-                    raise click.ClickException(str(exc)) from None
-                progress.remove_task(task)
-
-    summaries = summarize(runs)
-    title = f"{source}: {len(nodes)} nodes, {sim.capacity} GPUs, {len(tasks)} tasks"
-    if plot_path is not None:
         try:
-            plot(runs, plot_path, title=f"{short}: {len(nodes)} nodes, {sim.capacity} GPUs")
+            runs = run_jobs(
+                setups,
+                batch,
+                workers=jobs,
+                progress=step,
+                built={src.label: src.built for src in sources},
+            )
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    per_source = [
+        (src, [r for j, r in zip(batch, runs, strict=True) if j.trace == src.label])
+        for src in sources
+    ]
+    comparisons = []
+    if reference is not None:
+        from xpushare.simulator.reference import compare
+
+        for src, rs in per_source:
+            ours: dict[str, dict[int, float]] = {}
+            for r in rs:
+                ours.setdefault(r.policy, {})[r.seed] = r.allocation_ratio
+            comparisons.extend(compare(reference[0], src.label, ours, reference[1]))
+    if plot_path is not None and len(per_source) > 1:
+        from xpushare.simulator.report import plot_deltas
+
+        try:
+            plot_deltas(
+                comparisons,
+                plot_path,
+                title=f"GPUs allocated at {target:g}% arrived demand, ours minus the FGD"
+                f" authors' FGD (seeds {seed_text(seeds)})",
+            )
         except (RuntimeError, OSError) as exc:
             raise click.ClickException(str(exc)) from None
+    elif plot_path is not None:
+        from xpushare.simulator.report import plot
+
+        src, rs = per_source[0]
+        try:
+            plot(
+                rs,
+                plot_path,
+                title=f"{src.short}: {len(src.built.nodes)} nodes, {src.built.capacity} GPUs",
+            )
+        except (RuntimeError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+    protocol = {
+        "seeds": seeds,
+        "inflation": inflation,
+        "target_percent": target,
+        "tie_break": tie_break,
+        "node_order": node_order,
+    }
     if as_json:
-        document = {
-            "source": source,
-            "fleet": {"nodes": len(nodes), "gpus": sim.capacity},
-            "workload": {
-                "tasks": len(tasks),
-                "gpu_demand": round(sum(t.gpus for t in tasks), 3),
-                "shapes": [
-                    {"shape": what, "weight": round(w, 4)} for what, w in sim.workload.describe()
-                ],
-            },
-            "protocol": {
-                "seeds": seeds,
-                "inflation": inflation,
-                "target_percent": target,
-                "tie_break": tie_break,
-                "node_order": node_order,
-            },
-            "summary": [s.to_json() for s in summaries],
-            "runs": [r.to_json() for r in runs],
-        }
+        documents = [_document(src, rs, protocol) for src, rs in per_source]
+        document: dict[str, Any] = (
+            documents[0] if len(documents) == 1 else {"protocol": protocol, "traces": documents}
+        )
         if plot_path is not None:
             document["plot"] = str(plot_path)
+        if reference is not None:
+            document["reference"] = {
+                "source": reference[0].source,
+                "arrived_percent": reference[1],
+                "rows": [c.to_json() for c in comparisons],
+            }
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
-    _print_table(title, summaries, seeds, target, plot_path)
+    from xpushare.simulator.report import summarize
+
+    if reference is None or len(per_source) == 1:
+        for src, rs in per_source:
+            title = (
+                f"{src.source}: {len(src.built.nodes)} nodes, {src.built.capacity} GPUs, "
+                f"{len(src.built.tasks)} tasks"
+            )
+            _print_table(title, summarize(rs), seeds, target, plot_path)
+    if reference is not None:
+        _print_reference(comparisons, reference[0].source, target, per_source)
+
+
+@dataclass
+class _Source:
+    """One workload of the command: a published trace (label = its name) or files."""
+
+    label: str
+    source: str
+    short: str
+    nodes_file: Path
+    pods_file: Path
+    sim: Simulation | None = None
+
+    @property
+    def built(self) -> Simulation:
+        assert self.sim is not None, "the simulation is built before any replay"
+        return self.sim
+
+
+def _load_reference(path: str, target: float) -> tuple[Any, int]:
+    from xpushare.simulator import TraceError
+    from xpushare.simulator.reference import load_reference, target_point
+
+    try:
+        ref = load_reference(None if path == "shipped" else Path(path))
+        return ref, target_point(ref, target)
+    except (TraceError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _document(src: _Source, runs: list[Any], protocol: dict[str, Any]) -> dict[str, Any]:
+    from xpushare.simulator.report import summarize
+
+    sim = src.built
+    return {
+        "source": src.source,
+        **({"trace": src.label} if src.label else {}),
+        "fleet": {"nodes": len(src.built.nodes), "gpus": sim.capacity},
+        "workload": {
+            "tasks": len(src.built.tasks),
+            "gpu_demand": round(sum(t.gpus for t in src.built.tasks), 3),
+            "shapes": [
+                {"shape": what, "weight": round(w, 4)} for what, w in sim.workload.describe()
+            ],
+        },
+        "protocol": protocol,
+        "summary": [s.to_json() for s in summarize(runs)],
+        "runs": [r.to_json() for r in runs],
+    }
+
+
+def _delta(x: float | None) -> str:
+    if x is None:
+        return "-"
+    text = f"{x:+.2f}"
+    return f"[green]{text}[/]" if x >= 0 else f"[red]{text}[/]"
+
+
+def _print_reference(
+    rows: list[Any], source: str, target: float, per_source: list[tuple[_Source, list[Any]]]
+) -> None:
+    from statistics import fmean
+
+    from xpushare.simulator.reference import seed_text
+
+    console = Console(highlight=False)
+    table = Table(
+        title=f"GPUs allocated (% of capacity) at {target:g}% arrived demand, beside {source}"
+        "\n(theirs: the same algorithm where they have it (fgd: FGD, best-fit: BestFit);"
+        " means over the same seeds)"
+    )
+    for col in ("trace", "policy", "seeds", "ours", "theirs", "Δ", "their FGD", "Δ FGD"):
+        table.add_column(col, justify="left" if col in ("trace", "policy", "seeds") else "right")
+    seconds = {src.label: fmean(r.seconds for r in rs) for src, rs in per_source if rs}
+    for c in rows:
+        theirs = "-" if c.theirs is None else f"{c.theirs:.2f}"
+        fgd = "-" if c.their_fgd is None else f"{c.their_fgd:.2f}"
+        table.add_row(
+            c.trace,
+            c.policy,
+            seed_text(c.seeds),
+            f"{c.ours:.2f}",
+            theirs,
+            _delta(c.delta),
+            fgd,
+            _delta(c.delta_fgd),
+        )
+    console.print(table)
+    by_policy: dict[str, list[Any]] = {}
+    for c in rows:
+        by_policy.setdefault(c.policy, []).append(c)
+    for policy, cs in by_policy.items():
+        deltas = [c.delta_fgd for c in cs if c.delta_fgd is not None]
+        if not deltas:
+            continue
+        below = sum(1 for d in deltas if d < 0)
+        console.print(
+            f"  {policy}: mean Δ to their FGD {fmean(deltas):+.2f} over {len(deltas)} trace(s),"
+            f" {below} below it, worst {min(deltas):+.2f}"
+        )
+    if seconds:
+        console.print(
+            "  seconds per replay: " + ", ".join(f"{label} {s:.1f}" for label, s in seconds.items())
+        )
 
 
 def _print_table(

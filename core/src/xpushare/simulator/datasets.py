@@ -36,6 +36,8 @@ DATA_ENV = "XPUSHARE_OPENB_DIR"
 _DATA = Path(__file__).parent / "data"
 SAMPLE_NODES = _DATA / "openb_sample_node_list.csv.gz"
 SAMPLE_PODS = _DATA / "openb_sample_pod_list.csv.gz"
+#: The FGD authors' published per-seed results for the 17 traces (``data/README.md``).
+REFERENCE_RESULTS = _DATA / "fgd_reference_results.csv.gz"
 
 
 def pod_file(trace: str) -> str:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from xpushare.placement import PlacementConfig, Placer
 from xpushare.scheduling import UNITS, FragmentationMeter, PodRequest, Workload
+from xpushare.scheduling.workload import TaskShape
 from xpushare.simulator.fleet import (
     MIG_VENDOR,
     NODE_ORDERS,
@@ -33,6 +34,7 @@ from xpushare.simulator.migprofiles import GEOMETRIES, profiles
 from xpushare.simulator.protocol import DEFAULT_INFLATION, DEFAULT_SEED, arrivals
 
 if TYPE_CHECKING:
+    from xpushare.placement.placer import Decision
     from xpushare.plugins import PluginHost
     from xpushare.simulator.trace import NodeSpec, TaskSpec
 
@@ -64,6 +66,9 @@ class RunResult:
     #: (arrived demand, allocated), both in % of capacity, at each whole percent of arrival.
     curve: list[tuple[float, float]] = field(default_factory=list)
     seconds: float = 0.0
+    #: CPU time of the replay (this process): on a shared machine, what the replay itself
+    #: cost, whatever else ran beside it.
+    cpu_seconds: float = 0.0
 
     @property
     def allocation_ratio(self) -> float:
@@ -101,7 +106,24 @@ class RunResult:
             "failures": dict(sorted(self.failures.items(), key=lambda kv: -kv[1])),
             "curve": [[round(a, 3), round(b, 3)] for a, b in self.curve],
             "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One decision of a replay: the task, and its node and device indexes (None: failed)."""
+
+    task: str
+    node: str | None
+    devices: tuple[int, ...] = ()
+
+
+def _placement(task: TaskSpec, decision: Decision | None) -> Placement:
+    if decision is None:
+        return Placement(task.name, None)
+    indexes = sorted(s.index for c in decision.assignment.containers for s in c.devices)
+    return Placement(task.name, decision.node, tuple(indexes))
 
 
 class Simulation:
@@ -163,18 +185,27 @@ class Simulation:
     def _parse(self, placer: Placer, task: TaskSpec) -> PodRequest:
         return placer.request(pod_view(task, self.names))
 
+    def request_parser(self) -> Placer:
+        """A placer on an empty ledger, for turning this replay's tasks into requests."""
+        return Placer(self.config.new_ledger(), "binpack", host=self.host, config=self.config)
+
     def _workload(self, coverage: float) -> Workload:
         """The trace's task shapes and frequencies, the FGD paper's "typical pods"."""
-        placer = Placer(self.config.new_ledger(), "binpack", host=self.host, config=self.config)
-        parsed: dict[tuple[Any, ...], PodRequest] = {}
-        requests = []
+        placer = self.request_parser()
+        parsed: dict[tuple[Any, ...], TaskShape] = {}
+        counts: Counter[TaskShape] = Counter()
         for t in self.tasks:
-            shape = (t.cpu_milli, t.memory_mib, t.num_gpu, t.gpu_milli, t.gpu_spec)
-            req = parsed.get(shape)
-            if req is None:
-                req = parsed[shape] = self._parse(placer, t)
-            requests.append(req)
-        return Workload.from_requests(requests, coverage)
+            key = (t.cpu_milli, t.memory_mib, t.num_gpu, t.gpu_milli, t.gpu_spec)
+            shape = parsed.get(key)
+            if shape is None:
+                shape = TaskShape.of(self._parse(placer, t))
+                if t.gpu_spec != t.models:
+                    # The authors' typical pods are keyed by the model list as written, so
+                    # a list with repeats is a shape of its own (issue 20, gpuspec traces).
+                    shape = replace(shape, key=(shape.key, t.gpu_spec))
+                parsed[key] = shape
+            counts[shape] += 1
+        return Workload.from_counts(counts, coverage)
 
     def fleet(self, seed: int) -> list[NodeSpec]:
         """The nodes in the order a replay of *seed* registers them (ties go to the first)."""
@@ -183,13 +214,27 @@ class Simulation:
         return seeded_order(self.nodes, seed)
 
     def run(
-        self, policy: str, seed: int = DEFAULT_SEED, progress: Progress | None = None
+        self,
+        policy: str,
+        seed: int = DEFAULT_SEED,
+        progress: Progress | None = None,
+        *,
+        order: Sequence[TaskSpec] | None = None,
+        fleet: Sequence[NodeSpec] | None = None,
+        decisions: list[Placement] | None = None,
     ) -> RunResult:
-        """Replay the arrivals of *seed* under *policy*."""
+        """Replay the arrivals of *seed* under *policy*.
+
+        *order* and *fleet* replace the arrivals and the fleet's order drawn from the seed
+        (to replay a sequence another simulator exported, decision by decision); each
+        decision is appended to *decisions* when given.
+        """
         started = time.perf_counter()
-        order = arrivals(self.tasks, self.capacity, seed=seed, inflation=self.inflation)
+        cpu_started = time.process_time()
+        if order is None:
+            order = arrivals(self.tasks, self.capacity, seed=seed, inflation=self.inflation)
         ledger = self.config.new_ledger(memo_limit=SIMULATION_MEMO_ENTRIES)
-        populate(ledger, self.fleet(seed), self.vendor, self.mig)
+        populate(ledger, self.fleet(seed) if fleet is None else fleet, self.vendor, self.mig)
         placer = Placer(ledger, policy, host=self.host, config=self.config)
         placer.policy.set_workload(self.workload)
         result = RunResult(policy=policy, seed=seed, capacity_gpus=self.capacity)
@@ -204,6 +249,8 @@ class Simulation:
             result.tasks_arrived += 1
             request = self._parse(placer, task)
             decision = placer.place(request)
+            if decisions is not None:
+                decisions.append(_placement(task, decision))
             if decision is not None:
                 placer.commit(f"sim/{task.name}", request, decision.assignment)
                 result.allocated_gpus += task.gpus
@@ -231,6 +278,7 @@ class Simulation:
         result.free_gpus = free / UNITS
         result.failures = dict(failures)
         result.seconds = time.perf_counter() - started
+        result.cpu_seconds = time.process_time() - cpu_started
         if progress is not None:
             progress(total, total)
         return result

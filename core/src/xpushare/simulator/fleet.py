@@ -125,7 +125,7 @@ def pod_view(task: TaskSpec, names: ResourceNames, namespace: str = "sim") -> Po
         requests["cpu"] = f"{task.cpu_milli}m"
     if task.memory_mib:
         requests["memory"] = f"{task.memory_mib}Mi"
-    annotations = {USE_MODEL: ",".join(task.gpu_spec)} if task.gpu_spec and task.num_gpu else {}
+    annotations = {USE_MODEL: ",".join(task.models)} if task.gpu_spec and task.num_gpu else {}
     return PodView(
         ref=PodRef(namespace=namespace, name=task.name),
         annotations=annotations,

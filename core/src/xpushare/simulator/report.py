@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.simulator.engine import RunResult
+from xpushare.simulator.reference import Comparison
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,38 @@ def plot(runs: Sequence[RunResult], path: Path, title: str) -> None:
     if top > 60:
         ax.set_xlim(60, top + 1)
         ax.set_ylim(60, top + 1)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_deltas(rows: Sequence[Comparison], path: Path, title: str) -> None:
+    """Our allocation minus the reference's FGD, per trace, one bar per policy, to a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError(
+            "--plot needs matplotlib: pip install 'xpushare[plot]' (or uv sync --extra plot)"
+        ) from None
+    traces = list(dict.fromkeys(r.trace for r in rows))
+    policies = list(dict.fromkeys(r.policy for r in rows))
+    width = 0.8 / max(1, len(policies))
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.55 * len(traces) + 2), 4.5), dpi=120)
+    for k, policy in enumerate(policies):
+        by_trace = {r.trace: r.delta_fgd for r in rows if r.policy == policy}
+        xs = [i + (k - (len(policies) - 1) / 2) * width for i in range(len(traces))]
+        ys = [by_trace.get(t) or 0.0 for t in traces]
+        ax.bar(xs, ys, width=width, label=policy)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(traces)))
+    ax.set_xticklabels(traces, rotation=45, ha="right")
+    ax.set_ylabel("GPUs allocated: ours - their FGD (points)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -78,6 +78,11 @@ class TaskSpec:
     def whole(self) -> bool:
         return self.gpu_milli >= 1000
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models the task accepts, each once, in the trace's order."""
+        return tuple(dict.fromkeys(self.gpu_spec))
+
 
 class TraceError(ValueError):
     """A trace or fleet file is malformed; the message names the file and the row."""
@@ -107,15 +112,13 @@ def _int(row: Mapping[str, Any], key: str, where: str, default: int | None = Non
 
 
 def _spec(raw: Any) -> tuple[str, ...]:
+    """The model list as the trace writes it, repeats included (``V100M16|V100M32|V100M32``
+    occurs in gpuspec33): the FGD authors count such a task as a shape of its own, so the
+    workload keeps it apart (:meth:`TaskSpec.models` is the list a pod asks)."""
     if raw is None or raw == "":
         return ()
     items = raw if isinstance(raw, list | tuple) else str(raw).split("|")
-    out: list[str] = []
-    for item in items:
-        item = str(item).strip()
-        if item and item not in out:
-            out.append(item)
-    return tuple(out)
+    return tuple(item for item in (str(i).strip() for i in items) if item)
 
 
 def _node(row: Mapping[str, Any], where: str, name: str | None = None) -> NodeSpec:
