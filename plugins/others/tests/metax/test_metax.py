@@ -146,6 +146,22 @@ def test_the_pods_qos_policy_reaches_its_sgpu_slices(table: Any, metax: Any) -> 
     assert "XPUSHARE_METAX_QOS_POLICY" not in handle.allocate(odd).envs
 
 
+def test_the_pods_app_class_reaches_its_sgpu_slices(table: Any, metax: Any) -> None:
+    handle = started(metax)
+    devices = handle.detect()
+    # An online slice books no compute (HAMi's cores 0) and says so to MetaX's runtime.
+    piece = DeviceSlice(device_id="GPU-mx-1", index=1, memory_mib=8192, compute_percent=0,
+                        partition="sgpu-app-class=online")  # fmt: skip
+    app = "metax-tech.com/sgpu-app-class"
+    request = _alloc(devices, piece).model_copy(update={"pod_annotations": {app: "online"}})
+    result = handle.allocate(request)
+    assert result.envs["XPUSHARE_METAX_APP_CLASS"] == "online"
+    assert result.envs["METAX_SGPUS"] == "sgpu=0000:31:00.0;compute=0;vram=8192"
+    assert result.annotations == {app: "online"}
+    odd = _alloc(devices, piece).model_copy(update={"pod_annotations": {app: "batch"}})
+    assert "XPUSHARE_METAX_APP_CLASS" not in handle.allocate(odd).envs
+
+
 def _pod(
     annotations: dict[str, str] | None = None, /, **limits: str
 ) -> tuple[PodView, ContainerView]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import WAIT_S, handoff_released, refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -92,3 +92,50 @@ async def test_a_metax_sgpu_goes_from_the_webhook_to_the_kubelet_and_back(
         again = (await flow.allocate(second))["main"]
         assert again.envs["METAX_SGPUS"] == f"sgpu={BDF};compute=30;vram=40960"
         await handoff_released(flow)
+
+
+async def test_app_classes_keep_their_gpu_through_the_real_scheduler(
+    table_for: Callable[[str], Any], mxsml_lib: Path, tmp_path: Path
+) -> None:
+    """An offline pod's GPU refuses a pod without a class (the ledger remembers the class from
+    the bind), takes an online pod with no compute booked, and is free again after both go."""
+    table_for("FAKE_MXSML_TABLE").write(DEVICE)
+    host = _host_tree(tmp_path / "host")
+    node = _host(
+        library_path=str(mxsml_lib),
+        search_loader_path=False,
+        host_root=str(host),
+        sysfs_root=str(host / "sys"),
+    )
+    flow = PodFlow(
+        node, _host(), vendor="metax", scheduler_settings={"bind.repair_interval_s": 0.05}
+    )
+    app = "metax-tech.com/sgpu-app-class"
+    limits = {SGPU: "1", MEM: "20", CORE: "100"}
+    async with flow:
+        batch = await flow.schedule(
+            pod("batch", limits={SGPU: "1", MEM: "20", CORE: "70"}, annotations={app: "offline"})
+        )
+        await flow.allocate(batch)
+        await handoff_released(flow)
+        plain = flow.create(
+            await flow.admit(pod("plain", limits={SGPU: "1", MEM: "4", CORE: "10"}))
+        )
+        refused = await flow.filter(plain)
+        assert refused.get("NodeNames") in (None, []), refused
+        assert app in refused["FailedNodes"][NODE], refused
+        # 100 % of the cores asked, 70 % booked: an online pod still fits, booking none.
+        online = await flow.schedule(pod("serve", limits=limits, annotations={app: "online"}))
+        assert "metax-tech.com/sgpu-qos-policy" not in online["metadata"]["annotations"]
+        main = (await flow.allocate(online))["main"]
+        assert main.envs["METAX_SGPUS"] == f"sgpu={BDF};compute=0;vram=20480"
+        assert main.envs["XPUSHARE_METAX_APP_CLASS"] == "online"
+        await handoff_released(flow)
+        for holder in (batch, online):
+            await flow.delete(holder)
+            name = holder["metadata"]["name"]
+            await flow.api.wait_for(
+                lambda n=name: flow.scheduler.cluster.pod_by_name("default", n) is None, WAIT_S
+            )
+        fits = await flow.filter(plain)
+        assert fits.get("NodeNames") == [NODE], fits

@@ -10,6 +10,9 @@ The pod's sGPU QoS policy (``metax-tech.com/sgpu-qos-policy``, validated and def
 webhook) reaches Allocate with the pod's annotations and is handed on with a slice: as the
 same key in the container's annotations (kubelet passes them to the container runtime) and
 in ``XPUSHARE_METAX_QOS_POLICY``, since no MetaX runtime variable for it is documented.
+The pod's app class (``metax-tech.com/sgpu-app-class``) is handed on the same way, in
+``XPUSHARE_METAX_APP_CLASS``; an ``online`` slice carries ``compute=0`` (HAMi books no cores
+for online pods).
 
 Not done yet: creating the sGPU subdevice itself (``/sys/bus/pci/devices/<BDF>/sgpu/create``)
 and destroying it when the pod ends, which needs a pod-lifecycle hook the vendor contract
@@ -21,7 +24,7 @@ from __future__ import annotations
 from xpushare.models import AllocateRequest, ContainerAllocation, DeviceNode
 from xpushare_others.common import devices as nodes
 from xpushare_others.metax.config import MetaxConfig
-from xpushare_others.metax.request import QOS_KEY, QOS_POLICIES
+from xpushare_others.metax.request import APP_CLASS_KEY, APP_CLASSES, QOS_KEY, QOS_POLICIES
 
 #: The QoS policy of the pod's slices, for the container's own tools and runtime hooks.
 QOS_ENV = "XPUSHARE_METAX_QOS_POLICY"
@@ -29,6 +32,9 @@ QOS_ENV = "XPUSHARE_METAX_QOS_POLICY"
 #: Names the GPUs given (their xpushare ids), for the container's own logs and tools: the
 #: device nodes are what makes them visible.
 DEVICES_ENV = "XPUSHARE_METAX_DEVICES"
+
+#: The app class (``online``/``offline``) of the pod's slices, for the same readers.
+APP_CLASS_ENV = "XPUSHARE_METAX_APP_CLASS"
 
 
 def allocate(config: MetaxConfig, request: AllocateRequest) -> ContainerAllocation:
@@ -69,4 +75,8 @@ def allocate(config: MetaxConfig, request: AllocateRequest) -> ContainerAllocati
         if qos in QOS_POLICIES:
             envs[QOS_ENV] = qos
             annotations[QOS_KEY] = qos
+        app = request.pod_annotations.get(APP_CLASS_KEY)
+        if app in APP_CLASSES:
+            envs[APP_CLASS_ENV] = app
+            annotations[APP_CLASS_KEY] = app
     return ContainerAllocation(envs=envs, devices=nodes.unique(devices), annotations=annotations)

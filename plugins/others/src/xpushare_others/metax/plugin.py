@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from xpushare import hookimpl
-from xpushare.models import ContainerRequest, ContainerView, JsonPatchOp, PodView
+from xpushare.models import (
+    ContainerRequest,
+    ContainerView,
+    DeviceUsage,
+    FitResult,
+    JsonPatchOp,
+    NodeView,
+    PodView,
+)
 from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
-from xpushare_others.metax import allocate, detect, health, library, monitor
+from xpushare_others.metax import allocate, app_class, detect, health, library, monitor
 from xpushare_others.metax import request as rules
 from xpushare_others.metax.config import SGPU_MEMORY_UNIT_MIB, VENDOR, MetaxConfig
 
@@ -32,6 +42,18 @@ class MetaxPlugin(RulesVendorPlugin[MetaxConfig, library.Mxsml]):
         self, pod: PodView, container: ContainerView, request: ContainerRequest
     ) -> list[JsonPatchOp]:
         return rules.admission(pod, container, request)
+
+    @hookimpl
+    def xpushare_fit(
+        self,
+        request: ContainerRequest,
+        node: NodeView,
+        usage: Mapping[str, DeviceUsage],
+        device_order: Sequence[str],
+        memory_overcommit: float,
+    ) -> FitResult | None:
+        # No xpushare_fit_applies: the app-class rule depends on usage, not on the inventory.
+        return app_class.fit(request, node, usage, device_order, memory_overcommit)
 
 
 metax = MetaxPlugin(METAX)

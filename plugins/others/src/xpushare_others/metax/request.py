@@ -5,7 +5,10 @@ cores default to 100 and memory to the whole GPU, and ``metax-tech.com/vmemory``
 bare but bytes when it carries a unit (``4Gi``). The webhook validates the pod's QoS policy
 ``metax-tech.com/sgpu-qos-policy`` (``best-effort``, the default it writes, ``fixed-share``
 or ``burst-share``) and app class ``metax-tech.com/sgpu-app-class`` (``online`` or
-``offline``), so HAMi users' pods keep the annotations they rely on.
+``offline``, one sGPU per container only), so HAMi users' pods keep the annotations they
+rely on. A pod's app class travels to the fit as its request's mode
+(:data:`~xpushare_others.metax.app_class.CLASS_MODES`); an ``online`` pod gets no QoS
+default, as in HAMi.
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ from xpushare_others.common.requests import (
     whole_devices,
     with_compute,
 )
+from xpushare_others.metax.app_class import CLASS_MODES, ONLINE
 from xpushare_others.metax.config import VENDOR, MetaxConfig
 
 QOS_KEY: Final = "metax-tech.com/sgpu-qos-policy"
 QOS_POLICIES: Final = ("best-effort", "fixed-share", "burst-share")
 QOS_DEFAULT: Final = "best-effort"
 APP_CLASS_KEY: Final = "metax-tech.com/sgpu-app-class"
-APP_CLASSES: Final = ("online", "offline")
+APP_CLASSES: Final = tuple(CLASS_MODES)
+#: Characters of a refused annotation value quoted back (an annotation may be 256 KiB).
+QUOTED_CHARS: Final = 64
 DOMAIN: Final = "metax-tech.com/"
 
 
@@ -48,7 +54,19 @@ def adjust(
             request = request.model_copy(update={"memory_mib": mib})
     if raw_value(container, names.compute) is None:
         request = with_compute(request, 100)
+    app = pod.annotations.get(APP_CLASS_KEY)
+    if app is not None:
+        if app not in APP_CLASSES:
+            raise ValueError(_bad_class(pod, app))
+        request = request.model_copy(update={"mode": CLASS_MODES[app]})
     return request
+
+
+def _bad_class(pod: PodView, app: str) -> str:
+    return (
+        f"pod {pod.ref}: annotation {APP_CLASS_KEY}={app[:QUOTED_CHARS]!r} is not one of "
+        f"{', '.join(APP_CLASSES)}"
+    )
 
 
 def _wants_metax(container: ContainerView) -> bool:
@@ -62,21 +80,19 @@ def admission(
     qos = pod.annotations.get(QOS_KEY)
     if qos is not None and qos not in QOS_POLICIES:
         raise AdmissionDenied(
-            f"pod {pod.ref}: annotation {QOS_KEY}={qos!r} is not one of {', '.join(QOS_POLICIES)}"
+            f"pod {pod.ref}: annotation {QOS_KEY}={qos[:QUOTED_CHARS]!r} is not one of "
+            f"{', '.join(QOS_POLICIES)}"
         )
     app = pod.annotations.get(APP_CLASS_KEY)
     if app is not None:
         if app not in APP_CLASSES:
-            raise AdmissionDenied(
-                f"pod {pod.ref}: annotation {APP_CLASS_KEY}={app!r} is not one of "
-                f"{', '.join(APP_CLASSES)}"
-            )
+            raise AdmissionDenied(_bad_class(pod, app))
         if request.count != 1:
             raise AdmissionDenied(
                 f"pod {pod.ref}, container {container.name!r}: {APP_CLASS_KEY} applies to one "
                 f"sGPU, the container asks for {request.count}"
             )
-    if qos is not None or request.exclusive:
+    if qos is not None or request.exclusive or app == ONLINE:
         return []
     first = next((c for c in pod.containers if _wants_metax(c)), None)
     if first is not None and first.name != container.name:
