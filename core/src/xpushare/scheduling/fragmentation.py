@@ -122,7 +122,7 @@ class _Vector:
 
     __slots__ = ("fixes", "ok_sum", "total")
 
-    def __init__(self, ok_sum: float, total: int, fixes: list[tuple[int, int, float]]) -> None:
+    def __init__(self, ok_sum: float, total: int, fixes: Sequence[tuple[int, int, float]]) -> None:
         #: Fragmentation when the node has CPU and memory for every shape.
         self.ok_sum = ok_sum
         #: Free units of the table.
@@ -141,6 +141,10 @@ class FragmentationMeter:
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         self._vectors: dict[tuple[str, int], _Vector] = {}
+        #: One object per distinct fix: states share most of them (a shape's CPU and memory
+        #: are the workload's, its stuck capacity takes few values), so a vector holds
+        #: pointers, not tuples of its own (2,048 vectors were ~12 MB as tuples each).
+        self._fix_pool: dict[tuple[int, int, float], tuple[int, int, float]] = {}
         self._masks: dict[tuple[str, tuple[Any, ...]], int] = {}
         self._arrays: dict[str, VendorArrays] = {}
 
@@ -202,10 +206,12 @@ class FragmentationMeter:
                 continue
             ok_sum += w * stuck
             if (shape.cpu_milli or shape.memory_mib) and total > stuck:
-                fixes.append((shape.cpu_milli, shape.memory_mib, w * (total - stuck)))
-        vec = _Vector(ok_sum, total, fixes)
+                fix = (shape.cpu_milli, shape.memory_mib, w * (total - stuck))
+                fixes.append(self._fix_pool.setdefault(fix, fix))
+        vec = _Vector(ok_sum, total, tuple(fixes))
         if len(self._vectors) >= _MAX_VECTORS:
             self._vectors.clear()
+            self._fix_pool.clear()  # vectors kept elsewhere stay valid
         self._vectors[key] = vec
         return vec
 

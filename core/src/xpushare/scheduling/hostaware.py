@@ -90,7 +90,7 @@ class _Rows:
 
     __slots__ = ("rows", "total")
 
-    def __init__(self, total: int, rows: list[tuple[float, int, int, int, int]]) -> None:
+    def __init__(self, total: int, rows: Sequence[tuple[float, int, int, int, int]]) -> None:
         self.total = total
         self.rows = rows
 
@@ -101,6 +101,11 @@ class HostAwareMeter(FragmentationMeter):
     def __init__(self, workload: Workload) -> None:
         super().__init__(workload)
         self._rows: dict[tuple[str, int], _Rows] = {}
+        #: One object per distinct row: the states' rows repeat (a shape's weight, CPU and
+        #: memory are the workload's; its units take few values), so a state's rows are
+        #: pointers into this pool, not tuples of their own (bench_shapes: the rows of
+        #: 2,048 states were ~14 MB as tuples each).
+        self._pool: dict[tuple[float, int, int, int, int], tuple[float, int, int, int, int]] = {}
 
     def rows(self, vendor: str, state: State) -> _Rows:
         key = (vendor, state[0])
@@ -121,10 +126,12 @@ class HostAwareMeter(FragmentationMeter):
             units = sum(n * u for mask, n, u in groups if mask & bit)
             first = next(dev for dev in state[1] if self.host_mask(vendor, dev) & bit)
             per_task = d.count * demand_units(d, first[SIG_MEMORY], first[7], first[8])
-            rows.append((w, shape.cpu_milli, shape.memory_mib, units, per_task or UNITS))
+            row = (w, shape.cpu_milli, shape.memory_mib, units, per_task or UNITS)
+            rows.append(self._pool.setdefault(row, row))
         if len(self._rows) >= _MAX_ROWS:
             self._rows.clear()
-        found = self._rows[key] = _Rows(total, rows)
+            self._pool.clear()  # the rows kept elsewhere stay valid; only sharing restarts
+        found = self._rows[key] = _Rows(total, tuple(rows))
         return found
 
     def table_raw(
