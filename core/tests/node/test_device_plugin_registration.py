@@ -1,10 +1,16 @@
 """Registration, ListAndWatch and re-registration with a fake kubelet over real sockets."""
 
 import asyncio
+import os
+import socket
 import stat
+from types import SimpleNamespace
 
 from nodekit import NODE, RESOURCE, mock_host, running
 
+from xpushare.node.config import NodeConfig
+from xpushare.node.deviceplugin.generation import PluginServer
+from xpushare.node.dirwatch import DirectoryWatch
 from xpushare.testing.kubelet import FakeKubelet
 
 
@@ -101,14 +107,50 @@ async def test_a_kubelet_restart_is_seen_through_inotify_not_the_poll(plugin_dir
         for restart in range(3):
             before = len(run.kubelet.registrations_of(RESOURCE))
             await run.kubelet.restart()
-            # 20 s: still below the 30 s poll and retry, so only the watch can make it; more
-            # than 10 s because a loaded CI machine once took longer than that (a dial into
-            # the kubelet being torn down waits for its GOAWAY).
             await run.kubelet.wait_until(
                 lambda b=before: len(run.kubelet.registrations_of(RESOURCE)) > b,
-                timeout_s=20.0,
+                timeout_s=10.0,
                 what=f"registered again after restart {restart + 1}",
             )
+
+
+def _bound_socket(path):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    return sock
+
+
+async def test_a_restart_before_the_watch_began_is_not_slept_through(plugin_dir):
+    # kubelet can restart between accepting Register and the plugin's task resuming (CI saw
+    # it: a 30 s stall unregistered). By the time the watch starts, the restart's events are
+    # over; the watch must look before it waits for the next change.
+    watch = DirectoryWatch(plugin_dir)
+    assert watch.start()
+    config = NodeConfig(node_name=NODE, device_plugin_dir=plugin_dir, socket_poll_s=30.0)
+    service = SimpleNamespace(vendor="mock", resource=RESOURCE)
+    server = PluginServer(service, config, watch=watch)  # type: ignore[arg-type]
+    sockets = [_bound_socket(plugin_dir / "kubelet.sock"), _bound_socket(server.socket_path)]
+    ours, kubelet = server.socket_path.stat().st_ino, config.kubelet_socket.stat().st_ino
+    try:
+        # kubelet restarted: it wiped our socket and made kubelet.sock anew; the watch's
+        # events for that have already been drained.
+        os.unlink(server.socket_path)
+        os.unlink(config.kubelet_socket)
+        sockets.append(_bound_socket(config.kubelet_socket))
+        for _ in range(100):  # one drain can take all three events
+            await asyncio.sleep(0.01)
+            if watch.version:
+                break
+        await asyncio.sleep(0.05)
+        assert watch.version
+        await asyncio.wait_for(server._watch(ours, kubelet), 2.0)
+        # Our socket still ours, kubelet.sock re-created: that ends the generation too.
+        sockets.append(_bound_socket(server.socket_path))
+        await asyncio.wait_for(server._watch(server.socket_path.stat().st_ino, kubelet), 2.0)
+    finally:
+        for sock in sockets:
+            sock.close()
+        watch.close()
 
 
 async def test_a_refused_registration_is_retried_soon_not_after_the_retry_interval(plugin_dir):

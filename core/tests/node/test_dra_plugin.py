@@ -60,6 +60,8 @@ class Rig:
         self.task = None
 
     async def start_agent(self):
+        # The old agent's entry stays until the kubelet's next scan: wait for a new one.
+        before = self.kubelet.registrations
         self.host = vendor_host("keeper", self.keeper, node_name=NODE, strict=True)
         handle = self.host.vendors["keeper"]
         await handle.astartup()
@@ -82,7 +84,7 @@ class Rig:
             poll_s=0.01,
         )
         self.task = asyncio.create_task(self.server.run())
-        await self.kubelet.wait_registered(DRIVER)
+        await self.kubelet.wait_registered(DRIVER, after=before)
 
     async def stop_agent(self):
         self.task.cancel()

@@ -53,6 +53,7 @@ class _Driver:
     registration_socket: str
     inode: int
     versions: tuple[str, ...] = field(default_factory=tuple)
+    serial: int = 0  # which of the kubelet's registrations this was (1 = the first)
 
 
 class FakeDraKubelet:
@@ -65,6 +66,10 @@ class FakeDraKubelet:
         self.poll_s = poll_s
         self.timeout_s = timeout_s
         self.drivers: dict[str, _Driver] = {}
+        #: Registrations accepted so far, of every driver: a test that restarts a driver
+        #: waits for this to pass its value from before (the old entry in :attr:`drivers`
+        #: stays until the next scan sees the old socket gone).
+        self.registrations = 0
         #: Registration attempts refused, as (socket, reason).
         self.refused: list[tuple[str, str]] = []
         self._task: asyncio.Task[None] | None = None
@@ -86,8 +91,15 @@ class FakeDraKubelet:
         self.drivers.clear()
         self._seen.clear()
 
-    async def wait_registered(self, driver: str, timeout_s: float | None = None) -> None:
-        await self.wait_until(lambda: driver in self.drivers, f"{driver} registered", timeout_s)
+    async def wait_registered(
+        self, driver: str, timeout_s: float | None = None, *, after: int = 0
+    ) -> None:
+        """Wait until *driver* is registered by a registration beyond the *after*-th."""
+        await self.wait_until(
+            lambda: driver in self.drivers and self.drivers[driver].serial > after,
+            f"{driver} registered (after registration {after})",
+            timeout_s,
+        )
 
     async def wait_until(
         self, check: Callable[[], bool], what: str, timeout_s: float | None = None
@@ -190,4 +202,7 @@ class FakeDraKubelet:
         if reason:
             self.refused.append((socket, reason))
             return
-        self.drivers[info.name] = _Driver(info.endpoint, socket, inode, tuple(versions))
+        self.registrations += 1
+        self.drivers[info.name] = _Driver(
+            info.endpoint, socket, inode, tuple(versions), self.registrations
+        )

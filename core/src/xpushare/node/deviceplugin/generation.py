@@ -240,10 +240,14 @@ class PluginServer:
 
     async def _watch(self, inode: int, kubelet_inode: int) -> None:
         """Return when this generation is over: our socket was deleted or replaced (kubelet
-        restarted and wiped its directory), or kubelet.sock was re-created."""
-        seen = self._version()
+        restarted and wiped its directory), or kubelet.sock was re-created.
+
+        It looks before it waits: kubelet can restart between accepting our Register and
+        this task resuming, and a watch that only woke on the *next* change would miss that
+        restart's events and sleep through a whole poll interval unregistered. The version
+        is read before the look, so a change after it still ends the wait."""
         while True:
-            seen = await self._pause(seen, self.config.socket_poll_s)
+            seen = self._version()
             if not self._ours(inode):
                 log.info(
                     "device plugin %s: socket %s is gone (kubelet restarted?); re-registering",
@@ -258,3 +262,4 @@ class PluginServer:
                     self.service.resource,
                 )
                 return
+            await self._pause(seen, self.config.socket_poll_s)
