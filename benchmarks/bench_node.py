@@ -279,7 +279,8 @@ async def bench_memory(scrapes: int) -> None:
                     )
             finally:
                 process.send_signal(signal.SIGTERM)
-                await asyncio.wait_for(process.wait(), 30)
+                async with asyncio.timeout(30):
+                    await process.wait()
     shutil.rmtree(plugin_dir, ignore_errors=True)
 
 

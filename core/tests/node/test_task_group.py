@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+from nodekit import running
 
 from xpushare.node.tasks import TaskFailed, TaskGroup
 
@@ -93,3 +94,21 @@ async def test_failure_outranks_the_callers_cancel():
     waiter.cancel()
     with pytest.raises(TaskFailed, match="cleanup failed"):
         await waiter
+
+
+async def test_the_agent_stops_at_once_when_a_wake_up_lands_with_the_stop(plugin_dir):
+    # On Python 3.11, asyncio.wait_for returns the inner result when the cancellation arrives
+    # as the inner wait completes: a loop waiting on an event that is set in the same tick as
+    # the stop kept running, and the agent's stop waited for its next timeout (CI: a node
+    # agent that took minutes to stop after a pod deletion woke its release pass).
+    async with running(plugin_dir) as run:
+        agent = run.agent
+        for _ in range(20):
+            await asyncio.sleep(0)
+        agent.releases.poke()
+        agent.publisher.poke()
+        agent.rescan()
+        stopping = asyncio.ensure_future(agent.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=5.0)
+        assert done, f"the agent is still running {agent.group.running} 5 s after stop()"
+        assert agent.group.running == []

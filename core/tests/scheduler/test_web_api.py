@@ -223,6 +223,7 @@ async def test_whatif_equals_filter_and_changes_nothing(api, scheduler_factory, 
     await _bind(api, sched, http, "a", "node-0", gpu="1", mem="70000", cores="10")
     spec = gpu_pod("probe", **limits)
     learnt = sched.scheduler.placer.policy.learnt.seen
+    await sched.scheduler.events.flush()  # the bind's own event is written in the background
     events = len(api.writes("events"))
     async with http.post(f"{web_url(sched)}/api/v1/whatif", json=spec) as response:
         assert response.status == 200, await response.text()

@@ -319,7 +319,8 @@ class NodeAgent:
         event = self._rescan[vendor]
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), self.config.detect_interval_s)
+                async with asyncio.timeout(self.config.detect_interval_s):
+                    await event.wait()
             event.clear()
             await self._detect(vendor)
 

@@ -80,7 +80,8 @@ class DirectoryWatch:
         if self.version == seen:
             changed = self._changed
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await changed.wait()
         return self.version
 
     def _bump(self) -> None:

@@ -95,7 +95,8 @@ class _Server:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
             parts = lines[0].split(" ")
             if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -151,4 +152,5 @@ async def serve_http(agent: NodeAgent) -> None:
         server.close()
         state.close_all()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(server.wait_closed(), 1.0)
+            async with asyncio.timeout(1.0):
+                await server.wait_closed()

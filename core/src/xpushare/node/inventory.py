@@ -218,4 +218,5 @@ class InventoryPublisher:
                 backoff = RETRY_FIRST_S
                 wait = self.interval_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._poke.wait()

@@ -167,7 +167,8 @@ class ReleaseTracker:
         """Release every ended pod whenever a fact changes, and retry failures later."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._next_retry())
+                async with asyncio.timeout(self._next_retry()):
+                    await self._wake.wait()
             self._wake.clear()
             await self.release_ended()
 

@@ -612,9 +612,8 @@ class Scheduler:
                 log.info("reloaded the TLS certificate from %s", self.tls.cert_file)
 
     async def wait_synced(self, timeout_s: float = 30.0) -> None:
-        await asyncio.wait_for(
-            asyncio.gather(*(i.synced.wait() for i in self.informers)), timeout_s
-        )
+        async with asyncio.timeout(timeout_s):
+            await asyncio.gather(*(i.synced.wait() for i in self.informers))
 
     async def stop(self) -> None:
         if self.workers is not None:

@@ -315,7 +315,8 @@ class HandoffManager:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            await asyncio.wait_for(slot.lock.acquire(), max(0.0, deadline - loop.time()))
+            async with asyncio.timeout_at(deadline):
+                await slot.lock.acquire()
         except TimeoutError:
             raise HandoffTimeout(self._busy_message(node, started)) from None
         try:
@@ -385,7 +386,8 @@ class HandoffManager:
         # Re-check periodically too: a pod that started shows up on the pod watch, not
         # on the node's.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(slot.changed.wait(), min(wait, 0.5))
+            async with asyncio.timeout(min(wait, 0.5)):
+                await slot.changed.wait()
 
     def _busy_message(self, node: str, started: float) -> str:
         handoff = self.cluster.handoff(node)

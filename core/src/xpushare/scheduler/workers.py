@@ -175,7 +175,8 @@ class FilterWorkers:
         for worker in self._workers:
             if worker.process is not None:
                 try:
-                    await asyncio.wait_for(worker.process.wait(), STOP_GRACE_S)
+                    async with asyncio.timeout(STOP_GRACE_S):
+                        await worker.process.wait()
                 except TimeoutError:
                     with contextlib.suppress(ProcessLookupError):
                         worker.process.kill()

@@ -619,7 +619,8 @@ class FakeApiServer:
                     if wait <= 0:
                         break
                 try:
-                    item = await asyncio.wait_for(watcher.queue.get(), wait)
+                    async with asyncio.timeout(wait):
+                        item = await watcher.queue.get()
                 except TimeoutError:
                     break
                 if item is None:

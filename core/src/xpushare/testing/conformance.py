@@ -129,7 +129,8 @@ async def _until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) 
             await asyncio.sleep(0.01)
 
     try:
-        await asyncio.wait_for(wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await wait()
     except TimeoutError:
         raise AssertionError(f"not reached within {timeout_s:g} s: {what}") from None
 

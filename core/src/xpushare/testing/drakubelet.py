@@ -109,7 +109,8 @@ class FakeDraKubelet:
                 await asyncio.sleep(self.poll_s)
 
         try:
-            await asyncio.wait_for(wait(), timeout_s or self.timeout_s)
+            async with asyncio.timeout(timeout_s or self.timeout_s):
+                await wait()
         except TimeoutError:
             raise AssertionError(f"fake DRA kubelet: not reached: {what}") from None
 
@@ -191,7 +192,8 @@ class FakeDraKubelet:
                 if not reason:
                     # kubelet dials the endpoint before it reports success.
                     async with grpc.aio.insecure_channel(f"unix://{info.endpoint}") as dra_channel:
-                        await asyncio.wait_for(dra_channel.channel_ready(), self.timeout_s)
+                        async with asyncio.timeout(self.timeout_s):
+                            await dra_channel.channel_ready()
                 await stub.NotifyRegistrationStatus(
                     reg.RegistrationStatus(plugin_registered=not reason, error=reason),
                     timeout=self.timeout_s,

@@ -318,7 +318,8 @@ class FakeKubelet:
                 await changed.wait()
 
         try:
-            await asyncio.wait_for(wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await wait()
         except TimeoutError:
             raise TimeoutError(
                 f"fake kubelet: {what or 'condition'} not reached within {timeout_s:g} s; "
@@ -351,7 +352,8 @@ class FakeKubelet:
         channel = grpc.aio.insecure_channel(f"unix://{path}")
         stub = pb_grpc.DevicePluginStub(channel)
         try:
-            await asyncio.wait_for(channel.channel_ready(), self.dial_timeout_s)
+            async with asyncio.timeout(self.dial_timeout_s):
+                await channel.channel_ready()
         except (TimeoutError, grpc.aio.AioRpcError) as exc:
             await channel.close()
             await context.abort(grpc.StatusCode.UNKNOWN, f"failed to dial device plugin: {exc!r}")
