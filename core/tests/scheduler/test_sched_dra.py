@@ -264,13 +264,16 @@ async def test_hostile_claims_are_refused_without_touching_the_ledger(api, caplo
 
 
 async def test_a_claim_on_a_node_not_known_yet_is_booked_when_its_devices_appear(api):
-    api.put("resourceclaims", allocated("early", "n9", ["mock-n9-1"], "8Gi", "30"))
+    early = api.put("resourceclaims", allocated("early", "n9", ["mock-n9-1"], "8Gi", "30"))
     running = await start(api)
     try:
+        book = running.scheduler.claims
+        assert book is not None and book.pending == {early["metadata"]["uid"]}
         assert running.scheduler.ledger.node("n9") is None
         put_node(api, "n9")
         await running.settle(api)
         assert usage(running, "n9", "MOCK-n9-1") == (1, 8192, 30)
+        assert book.pending == set()
     finally:
         await running.close()
 
@@ -457,3 +460,38 @@ async def test_fgd_cpu_and_binpack_rank_a_dra_pod_differently(api):
         finally:
             await running.close()
     assert best == {"binpack": "two", "fgd-cpu": "one"}
+
+
+async def test_hostile_pod_claims_and_claim_specs_are_answered_not_crashed(api, caplog):
+    put_node(api, "n1", "1x A100-80GB")
+    bad_specs = {
+        "neg": {"count": 1, "capacity": {"requests": {"memory": "-1Gi"}}},
+        "count": {"count": "many"},
+        "huge": {"count": 1, "capacity": {"requests": {"memory": "9" * 5000}}},
+    }
+    for name, exactly in bad_specs.items():
+        obj = claim(name)
+        obj["spec"]["devices"]["requests"][0]["exactly"].update(exactly)
+        api.put("resourceclaims", obj)
+    many = claim("many")
+    many["spec"]["devices"]["requests"] = many["spec"]["devices"]["requests"] * 40
+    api.put("resourceclaims", many)
+    caplog.set_level(logging.WARNING)
+    running = await start(api)
+    try:
+        for name in (*bad_specs, "many"):
+            assert f"ResourceClaim default/{name}: spec.devices.requests" in caplog.text, name
+            p = dra_pod(f"p-{name}", name)
+            assert set((await prioritize(running, p, ["n1"], "dra/prioritize")).values()) == {0}
+        junk = pod("junk")
+        junk["spec"]["resourceClaims"] = [1, "x", {"name": 5}, {"resourceClaimName": "a" * 10_000}]
+        junk["spec"]["resourceClaims"] += [{"name": "c", "resourceClaimName": "neg"}] * 10_000
+        junk["status"] = {"resourceClaimStatuses": "not a list"}
+        for verb in ("filter", "dra/filter"):
+            async with aiohttp.ClientSession() as http:
+                answer = await running.post(http, verb, filter_args(junk, ["n1"]))
+            assert answer["NodeNames"] == ["n1"]
+        assert set((await prioritize(running, junk, ["n1"])).values()) == {0}
+        assert claim_entries(running) == []
+    finally:
+        await running.close()

@@ -62,8 +62,6 @@ class ClaimRecord:
     #: What it asks of our drivers while unallocated (scores a pod that names it).
     requests: tuple[ContainerRequest, ...]
     allocation: Allocation | None
-    #: Allocated, but a device of it is not known yet: booked once it is.
-    pending: bool = False
 
 
 class ClaimBook:
@@ -85,8 +83,17 @@ class ClaimBook:
         #: pool while the agent replaces a generation, so lookups take any of them.
         self._slices: dict[str, dict[DeviceKey, SliceDevice]] = {}
         self._devices: dict[DeviceKey, dict[str, SliceDevice]] = {}
+        #: UIDs of claims allocated on a device not known yet: booked once it is. A set, so
+        #: a node or slice event costs nothing while no claim waits (node events come with
+        #: every bind's handoff).
+        self._pending: set[str] = set()
         self.claims_synced = False
         self.slices_synced = False
+
+    @property
+    def pending(self) -> frozenset[str]:
+        """UIDs of allocated claims not booked yet (a device no slice or inventory names)."""
+        return frozenset(self._pending)
 
     @property
     def synced(self) -> bool:
@@ -140,7 +147,7 @@ class ClaimBook:
 
     def node_changed(self, node: str) -> None:
         """A node's inventory may have changed: devices of pending claims may be known now."""
-        if any(r.pending for r in self.claims.values()):
+        if self._pending:
             self._retry_pending()
 
     # -- claims ------------------------------------------------------------------------------------
@@ -197,24 +204,28 @@ class ClaimBook:
 
     def _drop(self, uid: str) -> None:
         record = self.claims.pop(uid, None)
+        self._pending.discard(uid)
         if record is not None:
             self._by_name.pop((record.namespace, record.name), None)
         self.ledger.remove(self.key(uid))
 
     def _retry_pending(self) -> None:
-        for record in [r for r in self.claims.values() if r.pending]:
-            self._book(record, None)
+        for uid in list(self._pending):
+            record = self.claims.get(uid)
+            if record is None:
+                self._pending.discard(uid)
+            else:
+                self._book(record, None)
 
     def _book(self, record: ClaimRecord, obj: ob.Object | None) -> None:
         key = self.key(record.uid)
+        self._pending.discard(record.uid)
         if record.allocation is None:
-            record.pending = False
             self.ledger.remove(key)
             return
         try:
             assignment = self._assignment(record, record.allocation)
         except ValueError as exc:
-            record.pending = False
             self._report(
                 "resourceclaim",
                 obj or {"metadata": {"name": record.name, "namespace": record.namespace}},
@@ -223,9 +234,8 @@ class ClaimBook:
             )
             return
         if assignment is None:
-            record.pending = True
+            self._pending.add(record.uid)
             return
-        record.pending = False
         entry = self.ledger.entry(key)
         if entry is None or entry.assignment != assignment:
             self.ledger.add(key, assignment, namespace=record.namespace)
