@@ -6,7 +6,7 @@ import re
 
 import pytest
 import yaml
-from chartkit import REPO, find, render, strip
+from chartkit import REPO, config_file, find, render, strip
 from kubernetes.client import ApiClient
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -120,3 +120,137 @@ def test_the_templates_name_attributes_and_capacities_the_slices_publish():
         for request in template["spec"]["spec"]["devices"]["requests"]:
             for cap in (request["exactly"].get("capacity") or {}).get("requests", {}):
                 assert cap in first["capacity"]
+
+
+# -- one mode per node -------------------------------------------------------------------------
+
+PER_NODE = {
+    "nodeAgent": {"perNodeMode": {"enabled": True}},
+    "vendors": {"nvidia": {"enabled": True}, "mock": {"enabled": True}},
+}
+
+
+def agents(objects):
+    return {
+        ds["metadata"]["name"]: ds
+        for ds in find(objects, "DaemonSet")
+        if ds["metadata"]["labels"].get("app.kubernetes.io/component") == "node-agent"
+    }
+
+
+def mode_term(ds):
+    terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    (term,) = terms
+    (expression,) = term["matchExpressions"]
+    return expression
+
+
+@pytest.mark.parametrize("default", ["device-plugin", "dra"])
+@pytest.mark.parametrize("layout", ["per-vendor", "combined"])
+def test_per_node_mode_runs_each_agent_in_both_modes_on_complementary_nodes(default, layout):
+    values = {**PER_NODE, "nodeAgent": {**PER_NODE["nodeAgent"], "mode": default, "layout": layout}}
+    objects = render(values)
+    other = "dra" if default == "device-plugin" else "device-plugin"
+    found = agents(objects)
+    bases = (
+        ["xs-xpushare-node"]
+        if layout == "combined"
+        else [
+            "xs-xpushare-node-mock",
+            "xs-xpushare-node-nvidia",
+        ]
+    )
+    assert set(found) == {n for b in bases for n in (b, f"{b}-{other}")}
+    for base in bases:
+        for name, mode, operator in ((base, default, "NotIn"), (f"{base}-{other}", other, "In")):
+            ds = found[name]
+            assert ds["metadata"]["labels"]["xpushare.io/node-mode"] == mode
+            # A node without the label runs the default mode; one labelled with the other
+            # mode runs only that one: no node ever gets both agents of a vendor.
+            assert mode_term(ds) == {
+                "key": "xpushare.io/node-mode",
+                "operator": operator,
+                "values": [other],
+            }
+            agent = ds["spec"]["template"]["spec"]["containers"][0]
+            assert ("--mode=dra" in agent["args"]) == (mode == "dra")
+            mounts = {m["mountPath"] for m in agent["volumeMounts"]}
+            assert ("/var/run/cdi" in mounts) == (mode == "dra")
+            selector = ds["spec"]["selector"]["matchLabels"]
+            assert selector["xpushare.io/agent"] == name, "each DaemonSet owns only its pods"
+    # DRA's objects exist whichever mode is the default: some nodes serve DRA.
+    classes = {c["metadata"]["name"] for c in find(objects, "DeviceClass")}
+    assert classes == {"nvidia.xpushare.io", "mock.xpushare.io"}
+
+
+def test_per_node_mode_validates_and_its_agents_parse_with_the_real_command(tmp_path):
+    from xpushare.cli.node_cmd import command as node_command
+
+    objects = render(PER_NODE)
+    for obj in agents(objects).values():
+        for version in DRA_KUBE_VERSIONS:
+            kubernetes_validate.validate(strip(obj), version, strict=True)
+    vendor_file = tmp_path / "node-vendors.yaml"
+    vendor_file.write_text(yaml.safe_dump(config_file(objects, "node-vendors.yaml")))
+    modes = set()
+    for ds in agents(objects).values():
+        args = [
+            a.replace("/etc/xpushare/config/node-vendors.yaml", str(vendor_file))
+            for a in ds["spec"]["template"]["spec"]["containers"][0]["args"][1:]
+        ]
+        ctx = node_command.make_context("node", [*args, "--node-name", "n1"])
+        modes.add(ctx.params["mode"])
+    assert modes == {"device-plugin", "dra"}
+
+
+def test_without_per_node_mode_agents_have_no_mode_affinity():
+    for ds in agents(render(DRA)).values():
+        assert "affinity" not in ds["spec"]["template"]["spec"]
+
+
+# -- the scheduler in DRA mode -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "enabled"),
+    [(None, False), (DRA, True), (PER_NODE, True)],
+    ids=["dp", "dra", "per-node"],
+)
+def test_the_scheduler_books_claims_and_kube_scheduler_asks_it_about_dra_pods(
+    values, enabled, tmp_path
+):
+    from xpushare.scheduler.config import load_config
+
+    objects = render(values)
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(yaml.safe_dump(config_file(objects, "scheduler.yaml")))
+    assert load_config(path, environ={}).dra.enabled is enabled
+    extenders = config_file(objects, "kube-scheduler.yaml")["extenders"]
+    dra = [e for e in extenders if e.get("filterVerb") == "dra/filter"]
+    grants = {
+        (group, resource, verb)
+        for role in find(objects, "ClusterRole")
+        if role["metadata"]["name"] == "xs-xpushare-scheduler"
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    watched = {
+        ("resource.k8s.io", r, v)
+        for r in ("resourceclaims", "resourceslices")
+        for v in ("list", "watch")
+    }
+    if not enabled:
+        assert dra == [] and not grants & watched
+        return
+    assert watched <= grants
+    (entry,) = dra
+    # No managedResources: DRA pods name claims, not resources, and an entry that lists
+    # resources is asked only about pods that name one.
+    assert "managedResources" not in entry
+    assert entry["prioritizeVerb"] == "dra/prioritize" and entry["weight"] > 0
+    assert "bindVerb" not in entry and entry["ignorable"] is True
+    assert sum("bindVerb" in e for e in extenders) == 1, "kube-scheduler allows one binder"

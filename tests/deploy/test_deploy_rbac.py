@@ -45,13 +45,14 @@ def granted(objects: list[dict], account: str) -> dict[Permission, list[dict]]:
     return grants
 
 
-#: The node agent's calls include DRA mode's (docs/dra.md), granted only in that mode.
+#: The node agent's and the scheduler's calls include DRA mode's (docs/dra.md), granted only
+#: when some node runs in that mode.
 EVERYTHING_DRA = {**EVERYTHING, "nodeAgent": {**EVERYTHING["nodeAgent"], "mode": "dra"}}
 
 
 @pytest.mark.parametrize("account", sorted(COMPONENTS))
 def test_rbac_is_exactly_what_the_code_calls(account):
-    objects = render(EVERYTHING_DRA if account.endswith("-node") else EVERYTHING)
+    objects = render(EVERYTHING if account.endswith("-certgen") else EVERYTHING_DRA)
     needed = permissions_needed(COMPONENTS[account])
     assert needed, f"no API call found for {account}: the scanner is broken"
     have = set(granted(objects, account))
@@ -71,6 +72,8 @@ def test_the_scheduler_calls_found_are_the_known_ones():
         ("", "pods/binding", "create"),
         ("", "events", "create"),
         ("coordination.k8s.io", "leases", "update"),
+        ("resource.k8s.io", "resourceclaims", "watch"),
+        ("resource.k8s.io", "resourceslices", "list"),
     ):
         assert Permission(*triple) in needed
 

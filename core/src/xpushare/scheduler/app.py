@@ -18,6 +18,7 @@ import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from xpushare.scheduler.connections import (
     GuardedSite,
     ensure_descriptors,
 )
+from xpushare.scheduler.drabook import ClaimBook
 from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.extender import BadRequest, Extender
 from xpushare.scheduler.hami_metrics import (
@@ -177,6 +179,11 @@ class Scheduler:
         # the quotas' memory caps count in.
         self.placer = Placer(self.ledger, host=host, config=placement)
         self.cluster = ClusterState(self.ledger, report=self._report, quotas=quota_book(host))
+        #: DRA mode's allocated claims, booked into the same ledger (docs/dra.md).
+        self.claims: ClaimBook | None = None
+        if config.dra.enabled:
+            self.claims = ClaimBook(self.ledger, host.vendors, report=self._report)
+            self.cluster.on_node_changed.append(self.claims.node_changed)
         self.leader: LeaderElector | None = None
         if config.leader.enabled and not worker:
             self.leader = LeaderElector(
@@ -222,6 +229,7 @@ class Scheduler:
             # With workers, /filter (where a policy learns the workload) is theirs: the
             # leader learns from the pods it binds instead.
             observe_at_bind=self.workers is not None,
+            claims=self.claims,
         )
         timeout = config.kube.watch_timeout_s
         self.informers = [
@@ -247,6 +255,24 @@ class Scheduler:
                 on_error=self._watch_error,
             ),
         ]
+        if self.claims is not None:
+            claims = self.claims
+            self.informers += [
+                Informer(
+                    kube,
+                    "resourceslices",
+                    Handlers(claims.replace_slices, claims.apply_slice, claims.delete_slice),
+                    watch_timeout_s=timeout,
+                    on_error=self._watch_error,
+                ),
+                Informer(
+                    kube,
+                    "resourceclaims",
+                    Handlers(claims.replace_claims, claims.apply_claim, claims.delete_claim),
+                    watch_timeout_s=timeout,
+                    on_error=self._watch_error,
+                ),
+            ]
         self.web: WebView | None = None
         self._web_warm = False
         if config.web.enabled and not worker:
@@ -320,11 +346,17 @@ class Scheduler:
             self._reported.clear()
         self._reported[ident] = message
         self.metrics.annotation_errors.labels(kind=kind, key=key).inc()
+        if kind in ("resourceclaim", "resourceslice"):
+            # The message names the object; no Event: those would need its API group, and
+            # a claim's author reads kube-scheduler's own events about it.
+            log.warning("ignored a malformed %s field %s: %s", kind, key, message)
+            return
         log.warning("ignored a malformed annotation: %s", message)
         if kind == "pod":
             ref = ObjectRef("Pod", ob.namespace(obj), ob.name(obj), ob.uid(obj))
         elif kind == "resourcequota":
             ref = ObjectRef("ResourceQuota", ob.namespace(obj), ob.name(obj), ob.uid(obj))
+
         else:
             ref = ObjectRef("Node", "", ob.name(obj), ob.uid(obj))
         self.events.record(ref, "Warning", "MalformedAnnotation", message)
@@ -483,6 +515,16 @@ class Scheduler:
         app.router.add_post(f"{prefix}/filter", self._route("filter", self.extender.filter))
         app.router.add_post(
             f"{prefix}/prioritize", self._route("prioritize", self.extender.prioritize)
+        )
+        # The second extender entry of DRA mode (docs/dra.md): no managedResources, so it is
+        # asked about every pod, and answers only those that name claims.
+        app.router.add_post(
+            f"{prefix}/dra/filter",
+            self._route("dra-filter", partial(self.extender.filter, dra_only=True)),
+        )
+        app.router.add_post(
+            f"{prefix}/dra/prioritize",
+            self._route("dra-prioritize", partial(self.extender.prioritize, dra_only=True)),
         )
         if self.worker:
             return app  # no bind, no webhook: the leader's

@@ -43,6 +43,7 @@ from xpushare.errors import CodecError
 from xpushare.models import Device, PodAssignment, PodRef
 from xpushare.models._compact import compact
 from xpushare.scheduler import objects as ob
+from xpushare.scheduler.drabook import CLAIM_KEY_PREFIX
 from xpushare.scheduling import UsageLedger
 from xpushare.scheduling.quota import QuotaBook
 
@@ -481,6 +482,8 @@ class ClusterState:
             seen.add(ob.pod_key(obj))
             self.apply_pod(obj)
         for entry in list(self.ledger.entries()):
+            if entry.key.startswith(CLAIM_KEY_PREFIX):
+                continue  # a DRA claim's devices, the claim book's (drabook.py)
             if entry.key not in seen and not entry.reserved:
                 self.ledger.remove(entry.key)
                 self._forget(entry.key)

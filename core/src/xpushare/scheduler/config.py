@@ -225,6 +225,13 @@ class MetricsConfig(_Section):
     hami_names: bool = False
 
 
+class DraConfig(_Section):
+    #: Watch ResourceClaims and ResourceSlices (resource.k8s.io/v1, Kubernetes 1.34+) and book
+    #: the devices allocated claims hold, so DRA pods are ranked over them (docs/dra.md,
+    #: "The extender in DRA mode"). Off: clusters without the API list nothing of it.
+    enabled: bool = False
+
+
 class SchedulerConfig(_Section):
     #: The schedulerName the webhook sets and the events carry.
     scheduler_name: str = "xpushare-scheduler"
@@ -240,6 +247,7 @@ class SchedulerConfig(_Section):
     leader: LeaderConfig = LeaderConfig()
     web: WebConfig = WebConfig()
     metrics: MetricsConfig = MetricsConfig()
+    dra: DraConfig = DraConfig()
     #: Per-vendor plugin configuration (``vendors.<name>``), handed to the plugin host.
     vendors: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

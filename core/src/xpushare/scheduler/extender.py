@@ -40,6 +40,7 @@ from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
 if TYPE_CHECKING:
     from xpushare.plugins import PluginHost
     from xpushare.scheduler.cluster import ClusterState
+    from xpushare.scheduler.drabook import ClaimBook
     from xpushare.scheduler.metrics import SchedulerMetrics
     from xpushare.scheduling import NodeState, PodRequest
 
@@ -216,8 +217,11 @@ class Extender:
         is_leader: Any = None,
         vet: Callable[[ob.Object], str | None] | None = None,
         observe_at_bind: bool = False,
+        claims: ClaimBook | None = None,
     ) -> None:
         self.placer = placer
+        #: DRA mode's claims (drabook.py): a pod that names claims is ranked by them.
+        self.claims = claims
         #: Teach the policy each pod's shape at /bind (when /filter is another process's).
         self.observe_at_bind = observe_at_bind
         self.feasibility = FeasibilityChecker(placer)
@@ -296,7 +300,15 @@ class Extender:
 
     # -- /filter -----------------------------------------------------------------------------------
 
-    def filter(self, args: Any) -> dict[str, Any]:
+    def _dra_request(self, parsed: _Parsed) -> PodRequest | None:
+        """What a DRA pod's unallocated claims ask of our drivers (``None``: not one)."""
+        if self.claims is None or parsed.request is None or parsed.request.wants_devices:
+            return None
+        return self.claims.request_for(parsed.pod, parsed.view)
+
+    def filter(self, args: Any, *, dra_only: bool = False) -> dict[str, Any]:
+        """``dra_only``: the ``/dra/filter`` route, for pods that name claims only (a
+        second extender entry without managedResources, docs/dra.md); others pass."""
         args = _arguments(args, "ExtenderArgs")
         names, items = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
@@ -321,6 +333,8 @@ class Extender:
                 "Error": error,
             }
 
+        if parsed.request is None and dra_only:
+            return answer(names)  # the managed-resources entry reports it
         if parsed.request is None:
             message = f"the pod's device request is invalid: {parsed.error}"
             unresolvable.update(dict.fromkeys(names, message))
@@ -328,7 +342,14 @@ class Extender:
             self._event(parsed.pod, "Warning", "InvalidDeviceRequest", message)
             return answer([])
         request = parsed.request
-        if not request.wants_devices:
+        dra = self._dra_request(parsed)
+        if dra is not None and not self._not_ready():
+            # The allocator's own filter ran first; this keeps nodes our ledger says are full.
+            checked = self.feasibility.check(dra, names)
+            failed.update(checked.failed)
+            self.metrics.decisions.labels(verb="filter", result="dra").inc()
+            return answer(checked.fits)
+        if dra_only or not request.wants_devices:
             self.metrics.decisions.labels(verb="filter", result="pass").inc()
             return answer(names)
         not_ready = self._not_ready()
@@ -396,13 +417,14 @@ class Extender:
 
     # -- /prioritize -------------------------------------------------------------------------------
 
-    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+    def prioritize(self, args: Any, *, dra_only: bool = False) -> list[dict[str, Any]]:
         args = _arguments(args, "ExtenderArgs")
         names, _ = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
         scores: dict[str, float] = {}
-        if parsed.request is not None and parsed.request.wants_devices and not self._not_ready():
-            scores = self.placer.prioritize(parsed.request, names)
+        request = self._dra_request(parsed) or (None if dra_only else parsed.request)
+        if request is not None and request.wants_devices and not self._not_ready():
+            scores = self.placer.prioritize(request, names)
         self.metrics.decisions.labels(verb="prioritize", result="scored").inc()
         # Scaled once per distinct score (a few dozen), not once per node (500).
         scaled: dict[float | None, int] = {

@@ -36,7 +36,7 @@ from xpushare.scheduler.apiwrite import ApiWriter, WireError, writer_for
 
 log = logging.getLogger(__name__)
 
-Resource = Literal["nodes", "pods", "resourcequotas"]
+Resource = Literal["nodes", "pods", "resourcequotas", "resourceclaims", "resourceslices"]
 Object = dict[str, Any]
 
 #: Items per page of a list: the apiserver's own default chunk for informers (client-go
@@ -120,6 +120,8 @@ class Kube:
 
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
+        #: resource.k8s.io/v1: the claims and slices of DRA mode (scheduler/drabook.py).
+        self._resource = client.ResourceV1Api(api_client)
         self._timeout = request_timeout_s
         #: Object calls on connections of our own (apiwrite.py) unless a proxy or netrc
         #: could change how the server is reached: then the official transport does all.
@@ -229,6 +231,10 @@ class Kube:
             return self._core.list_node_without_preload_content
         if resource == "resourcequotas":
             return self._core.list_resource_quota_for_all_namespaces_without_preload_content
+        if resource == "resourceclaims":
+            return self._resource.list_resource_claim_for_all_namespaces_without_preload_content
+        if resource == "resourceslices":
+            return self._resource.list_resource_slice_without_preload_content
         return self._core.list_pod_for_all_namespaces_without_preload_content
 
     async def list(self, resource: Resource) -> tuple[list[Object], str]:

@@ -87,6 +87,14 @@ extra variables. Argument: (dict "root" $ "vendors" list-of-names).
 {{- end }}
 {{- end -}}
 
+{{/*
+"true" when some node agent serves DRA (docs/dra.md): nodeAgent.mode=dra, or one mode per
+node. DeviceClasses, the DRA grants and the scheduler's claim ledger exist only then.
+*/}}
+{{- define "xpushare.draUsed" -}}
+{{- if or (eq .Values.nodeAgent.mode "dra") .Values.nodeAgent.perNodeMode.enabled -}}true{{- end -}}
+{{- end -}}
+
 {{/* Names of the enabled vendors as a list. */}}
 {{- define "xpushare.enabledVendorList" -}}
 {{- include "xpushare.enabledVendors" . | splitList "," | compact | toJson -}}

@@ -51,6 +51,16 @@ extenders:
     managedResources:
       {{- toYaml $managed | nindent 6 }}
 {{- end }}
+{{- if include "xpushare.draUsed" $root }}
+  # DRA pods (docs/dra.md, "The extender in DRA mode"): they name claims, not resources, so
+  # only an entry without managedResources is asked about them; its verbs answer pods that
+  # name claims and pass every other pod. Ignorable: kube-scheduler's DRA allocator decides
+  # without it, the extender only ranks.
+  - urlPrefix: {{ printf "https://%s:443" (include "xpushare.serviceHost" $root) | quote }}
+    filterVerb: dra/filter
+    prioritizeVerb: dra/prioritize
+{{- include "xpushare.extenderCommon" (dict "root" $root "tls" $tls "ignorable" true) }}
+{{- end }}
 {{- end -}}
 
 {{- define "xpushare.extenderCommon" }}
@@ -60,7 +70,7 @@ extenders:
       {{- toYaml .tls | nindent 6 }}
     httpTimeout: {{ .root.Values.kubeScheduler.httpTimeout }}
     nodeCacheCapable: true
-    ignorable: false
+    ignorable: {{ .ignorable | default false }}
 {{- end -}}
 
 {{- define "xpushare.kubeSchedulerConfig" -}}
