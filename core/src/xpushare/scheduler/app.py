@@ -356,7 +356,6 @@ class Scheduler:
             ref = ObjectRef("Pod", ob.namespace(obj), ob.name(obj), ob.uid(obj))
         elif kind == "resourcequota":
             ref = ObjectRef("ResourceQuota", ob.namespace(obj), ob.name(obj), ob.uid(obj))
-
         else:
             ref = ObjectRef("Node", "", ob.name(obj), ob.uid(obj))
         self.events.record(ref, "Warning", "MalformedAnnotation", message)
