@@ -10,6 +10,7 @@ import uuid
 from kubernetes.client import ApiClient
 from nodekit import NODE, eventually, mock_host
 
+from xpushare.codec import AGENT_MODE_KEY
 from xpushare.node import KubeClient
 from xpushare.testing.apiserver import FakeApiServer
 from xpushare.testing.drakubelet import FakeDraKubelet
@@ -90,6 +91,9 @@ async def test_slice_claim_prepare_restart_unprepare(tmp_path):
                     ApiClient()._ApiClient__deserialize(slice_obj, "V1ResourceSlice")
                     assert len(slice_obj["spec"]["devices"]) == 4
                     await eventually(lambda: run.agent.readiness() == [], "ready")
+                    # The extender reads the mode: a bind here writes no handoff.
+                    annotations = api.get("nodes", NODE)["metadata"]["annotations"]
+                    assert annotations[AGENT_MODE_KEY] == "dra"
                     claim = allocated(slice_obj, 2)
                     ApiClient()._ApiClient__deserialize(claim, "ResourceV1ResourceClaim")
                     api.put("resourceclaims", claim)

@@ -14,8 +14,9 @@ import uuid
 from typing import Any
 
 import aiohttp
-from sched_helpers import Running, filter_args, gpu_node, gpu_pod, start_scheduler
+from sched_helpers import Running, bind_args, filter_args, gpu_node, gpu_pod, start_scheduler
 
+from xpushare.codec import AGENT_MODE_KEY, ASSIGNMENT_KEY, HANDOFF_KEY
 from xpushare.node.dra.slices import build_slices, device_entry
 from xpushare.plugins.builtin import mock
 from xpushare.scheduler.drabook import CLAIM_KEY_PREFIX
@@ -493,5 +494,63 @@ async def test_hostile_pod_claims_and_claim_specs_are_answered_not_crashed(api, 
             assert answer["NodeNames"] == ["n1"]
         assert set((await prioritize(running, junk, ["n1"])).values()) == {0}
         assert claim_entries(running) == []
+    finally:
+        await running.close()
+
+
+def dra_mode_node(api: FakeApiServer, name: str, spec: str = "1x A100-80GB") -> None:
+    """A node whose agent runs in DRA mode and says so (AGENT_MODE_KEY)."""
+    api.put("nodes", gpu_node(name, spec, **{AGENT_MODE_KEY: "dra"}))
+
+
+async def test_a_device_plugin_pod_gets_only_whole_devices_on_a_dra_node(api):
+    """A pod written for the device-plugin path reaches a DRA node only through the
+    DeviceClass's extendedResourceName: whole devices. A share is refused there with the
+    reason, and placed on a device-plugin node."""
+    dra_mode_node(api, "dra-node")
+    api.put("nodes", gpu_node("dp-node", "1x A100-80GB"))
+    running = await start(api)
+    try:
+        async with aiohttp.ClientSession() as http:
+            share = gpu_pod("share", gpu="1", mem="1024")
+            answer = await running.post(http, "filter", filter_args(share, ["dra-node", "dp-node"]))
+            assert answer["NodeNames"] == ["dp-node"]
+            why = answer["FailedAndUnresolvableNodes"]["dra-node"]
+            assert AGENT_MODE_KEY in why and "ResourceClaim" in why
+            whole = gpu_pod("whole", gpu="1")
+            answer = await running.post(http, "filter", filter_args(whole, ["dra-node", "dp-node"]))
+            assert answer["NodeNames"] == ["dra-node", "dp-node"]
+        # The agent switched back to device-plugin mode: shares fit there again.
+        api.modify("nodes", "dra-node", lambda o: o["metadata"]["annotations"].pop(AGENT_MODE_KEY))
+        await running.settle(api)
+        async with aiohttp.ClientSession() as http:
+            answer = await running.post(http, "filter", filter_args(share, ["dra-node", "dp-node"]))
+        assert answer["NodeNames"] == ["dra-node", "dp-node"]
+    finally:
+        await running.close()
+
+
+async def test_a_bind_on_a_dra_node_books_nothing_and_hands_nothing_off(api):
+    """There kube-scheduler's allocator booked the devices in a claim and kubelet prepares it
+    through our DRA driver: a handoff no DRA agent releases would block the node, and an
+    assignment would count the devices a second time beside the claim."""
+    dra_mode_node(api, "dra-node")
+    whole = api.put("pods", gpu_pod("whole", gpu="1"))
+    share = api.put("pods", gpu_pod("share", gpu="1", mem="1024"))
+    running = await start(api)
+    try:
+        async with aiohttp.ClientSession() as http:
+            answer = await running.post(http, "bind", bind_args(whole, "dra-node"))
+            assert answer == {"Error": ""}
+            refused = await running.post(http, "bind", bind_args(share, "dra-node"))
+        assert "ResourceClaim" in refused["Error"] and AGENT_MODE_KEY in refused["Error"]
+        bound = api.get("pods", "whole", "default")
+        assert bound["spec"]["nodeName"] == "dra-node"
+        assert ASSIGNMENT_KEY not in (bound["metadata"].get("annotations") or {})
+        assert HANDOFF_KEY not in (api.get("nodes", "dra-node")["metadata"]["annotations"])
+        assert not api.get("pods", "share", "default")["spec"].get("nodeName")
+        await running.settle(api)
+        assert running.scheduler.ledger.entry(bound["metadata"]["uid"]) is None
+        assert usage(running, "dra-node", "MOCK-dra-node-0") == (0, 0, 0)
     finally:
         await running.close()

@@ -23,6 +23,7 @@ from xpushare.codec.hami_pod import (
 from xpushare.codec.handoff import Handoff, decode_handoff, encode_handoff
 from xpushare.codec.inventory import Inventory, InventoryState, decode_inventory, encode_inventory
 from xpushare.codec.keys import (
+    AGENT_MODE_KEY,
     ASSIGNMENT_KEY,
     FENCED_KEY,
     HAMI_CHIP_VENDORS,
@@ -42,6 +43,7 @@ from xpushare.codec.keys import (
 )
 
 __all__ = [
+    "AGENT_MODE_KEY",
     "ASSIGNMENT_KEY",
     "FENCED_KEY",
     "FORMAT_VERSION",

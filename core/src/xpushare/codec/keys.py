@@ -24,6 +24,12 @@ PREFIX = "xpushare.io/"
 #: Node annotation holding one vendor's inventory; the vendor name follows the dash.
 INVENTORY_KEY_PREFIX = PREFIX + "inventory-"
 
+#: Node annotation in which the node agent says how kubelet gets its devices: ``dra``
+#: (ResourceSlices and the kubelet DRA plugin) or ``device-plugin``. The extender reads it:
+#: on a DRA node kube-scheduler's allocator books devices through claims, so a bind there
+#: writes no handoff and no assignment (docs/dra.md).
+AGENT_MODE_KEY = PREFIX + "agent-mode"
+
 #: Pod annotation written at bind: which devices each container got.
 ASSIGNMENT_KEY = PREFIX + "assignment"
 

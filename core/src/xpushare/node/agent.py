@@ -122,6 +122,7 @@ class NodeAgent:
             interval_s=config.reconcile_interval_s,
             clock=clock,
             on_error=self.metrics.api_errors.inc,
+            mode=config.mode,
         )
         self.group = TaskGroup(f"node agent {self.node}")
         self.dirwatch = DirectoryWatch(config.device_plugin_dir)

@@ -31,6 +31,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from xpushare.codec import (
+    AGENT_MODE_KEY,
     HANDOFF_KEY,
     INVENTORY_KEY_PREFIX,
     decode_handoff,
@@ -114,8 +115,11 @@ class InventoryPublisher:
         interval_s: float,
         clock: Callable[[], float] = time.time,
         on_error: Callable[[], None] | None = None,
+        mode: str = "device-plugin",
     ) -> None:
         self.kube = kube
+        #: How kubelet gets this node's devices, announced for the extender (AGENT_MODE_KEY).
+        self.mode = mode
         self._on_error = on_error or (lambda: None)
         self.node = kube.node_name
         self._vendors = vendors
@@ -132,7 +136,7 @@ class InventoryPublisher:
         self._poke.set()
 
     def desired(self) -> tuple[dict[str, str | None], dict[str, str | None]]:
-        annotations: dict[str, str | None] = {}
+        annotations: dict[str, str | None] = {AGENT_MODE_KEY: self.mode}
         labels: dict[str, str | None] = {}
         for vendor, devices in self._vendors.items():
             view = devices.view

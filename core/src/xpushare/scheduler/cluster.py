@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xpushare.codec import (
+    AGENT_MODE_KEY,
     ASSIGNMENT_KEY,
     HAMI_ILUVATAR_CHIPS,
     HAMI_KEYS,
@@ -143,6 +144,9 @@ class ClusterState:
         self.quotas = quotas
         self._clock = clock
         self.nodes: dict[str, NodeRecord] = {}
+        #: Nodes whose agent serves kubelet through DRA (AGENT_MODE_KEY is ``dra``): there
+        #: kube-scheduler's allocator books the devices, through claims (docs/dra.md).
+        self.dra_nodes: set[str] = set()
         self.pods: dict[str, PodRecord] = {}
         self._by_name: dict[tuple[str, str], str] = {}
         self._report = report or (lambda kind, obj, key, message: None)
@@ -311,6 +315,12 @@ class ClusterState:
                 cordoned=cordoned_devices(ob.annotations_of(obj).get(CORDON_KEY)),
             )
         annotations = ob.annotations_of(obj)
+        # Exactly "dra": anything else (absent, garbled) is the device-plugin path, the
+        # one that books at /bind, so a bad value can only make a bind wait, never skip it.
+        if annotations.get(AGENT_MODE_KEY) == "dra":
+            self.dra_nodes.add(name)
+        else:
+            self.dra_nodes.discard(name)
         term_raw = annotations.get(TERM_KEY)
         record.term = parse_term(term_raw)
         if term_raw is not None and record.term is None:
@@ -341,6 +351,7 @@ class ClusterState:
         record = self.nodes.pop(name, None)
         if record is not None:
             self._set_sizes(record, [])
+        self.dra_nodes.discard(name)
         self.ledger.remove_node(name)
         for callback in self.on_node_changed:
             callback(name)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xpushare.codec import ASSIGNMENT_KEY, FENCED_KEY, encode_assignment
+from xpushare.codec import AGENT_MODE_KEY, ASSIGNMENT_KEY, FENCED_KEY, encode_assignment
 from xpushare.errors import CodecError, PluginError
 from xpushare.models import FitReason, PodAssignment, PodRef, PodView
 from xpushare.placement import FilterResult, NoFit, Placer
@@ -114,6 +114,22 @@ class BadRequest(ValueError):
 class Overbooked(Exception):
     """The devices decided for a pod were booked meanwhile by a pod this replica had not
     seen (an older leader's last Binding, read back when this replica took the node over)."""
+
+
+def _whole_devices(request: PodRequest) -> bool:
+    """Whether every demand of *request* is whole devices: what a DeviceClass's
+    ``extendedResourceName`` serves on a DRA node (no memory or compute share)."""
+    # Compute 0 is no limit (a count-only request): the whole device, as 100 is.
+    return all(
+        d.exclusive
+        or (
+            d.memory_mib is None
+            and d.memory_percent in (None, 100)
+            and d.compute in (0, 100)
+            and d.partition is None
+        )
+        for d in request.demands
+    )
 
 
 def _arguments(args: Any, kind: str) -> dict[str, Any]:
@@ -364,6 +380,8 @@ class Extender:
             return answer([])
         self._remember(parsed.pod)
         result = self.feasibility.check(request, names)
+        if self.cluster.dra_nodes and not _whole_devices(request):
+            self._off_dra_nodes(request, result.fits, unresolvable)
         over = self._over_quota(request, parsed.view.ref.namespace, result.fits)
         if over:
             # The devices fit, the namespace's quota does not: another pod of it may end.
@@ -396,6 +414,30 @@ class Extender:
                 + FilterResult(fits=result.fits, failed=result.failed).explain(),
             )
         return answer(result.fits)
+
+    def _off_dra_nodes(
+        self, request: PodRequest, fits: list[str], unresolvable: dict[str, str]
+    ) -> None:
+        """Take DRA nodes out of *fits* for a request of device shares.
+
+        On a DRA node kubelet has no device plugin: a pod written for the device-plugin path
+        is served there only through a DeviceClass's ``extendedResourceName``, which gives
+        whole devices and carries no memory or compute share (docs/dra.md).
+        """
+        dra = self.cluster.dra_nodes
+        kept = [n for n in fits if n not in dra]
+        if len(kept) == len(fits):
+            return
+        for name in fits:
+            if name in dra:
+                unresolvable[name] = (
+                    f"node {name} serves its devices through DRA (annotation "
+                    f"{AGENT_MODE_KEY}=dra): a share of a device ({request.describe()}) "
+                    "needs a ResourceClaim there; whole devices only through the "
+                    "DeviceClass's extendedResourceName (docs/dra.md)"
+                )
+        self.metrics.failures.labels(verb="filter", reason="dra_node").inc(len(fits) - len(kept))
+        fits[:] = kept
 
     def _over_quota(self, request: PodRequest, namespace: str, nodes: list[str]) -> dict[str, str]:
         """The nodes of *nodes* where the pod would take its namespace past a device quota,
@@ -505,7 +547,19 @@ class Extender:
         assert parsed.request is not None
         request = parsed.request
         ref = PodRef(namespace=ob.namespace(pod), name=ob.name(pod), uid=ob.uid(pod))
-        if not request.wants_devices:
+        dra = request.wants_devices and node in self.cluster.dra_nodes
+        if dra and not _whole_devices(request):
+            return self._bind_failed(
+                pod,
+                "dra-node",
+                f"pod {ref} asks for device shares ({request.describe()}) and node {node} "
+                f"serves its devices through DRA ({AGENT_MODE_KEY}=dra): give it a "
+                "ResourceClaim instead (docs/dra.md)",
+            )
+        if not request.wants_devices or dra:
+            # On a DRA node kube-scheduler's allocator has booked the devices in a claim
+            # (the DeviceClass's extendedResourceName) and kubelet prepares it through our
+            # DRA driver: nothing of ours to reserve, hand off or record on the pod.
             try:
                 await self.kube.bind(ref.namespace, ref.name, ref.uid, node, {})
             except KubeError as exc:
