@@ -77,4 +77,69 @@ async def test_the_node_agent_exports_what_the_dashboard_reads(plugin_dir):
 async def test_without_the_flag_no_hami_name_is_exported(plugin_dir):
     async with running(plugin_dir, host=mock_host("1x A100-80GB")) as run:
         await eventually(lambda: run.agent.monitor.get("mock") is not None, "first sample")
-        assert not [m for m in await _scrape(run) if m.startswith("hami_")]
+        exported = await _scrape(run)
+        assert not [m for m in exported if m.startswith("hami_")]
+        assert not [m for m in exported if m in LEGACY_NODE]
+
+
+DASHBOARD_22043 = DASHBOARD.with_name("grafana-22043-hami-vgpu-metrics-dashboard.json")
+#: HAMi's vGPU monitor families before v2.8 (cmd/vGPUmonitor/metrics.go at 3c220fcf), with
+#: the node_name label HAMi's ServiceMonitor added; Device_memory_desc_of_container without
+#: HAMi-core's breakdown labels (context, module, data, offset).
+LEGACY_NODE = {
+    "HostGPUMemoryUsage": {"deviceidx", "deviceuuid", "node_name"},
+    "HostCoreUtilization": {"deviceidx", "deviceuuid", "node_name"},
+    **{
+        name: {"podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "node_name"}
+        for name in (
+            "vGPU_device_memory_usage_in_bytes",
+            "vGPU_device_memory_limit_in_bytes",
+            "Device_memory_desc_of_container",
+            "Device_utilization_desc_of_container",
+        )
+    },
+}
+
+
+async def test_the_node_agent_exports_what_22043_reads(plugin_dir):
+    async with running(plugin_dir, host=mock_host("2x A100-80GB"), hami_metrics=True) as run:
+        await eventually(lambda: run.agent.monitor.get("mock") is not None, "first sample")
+        first = run.agent.monitor.get("mock")
+        assert first is not None
+        device = first.devices[1].device_id
+        usage = ContainerUsage(
+            device_id=device,
+            namespace="team",
+            pod="train",
+            container="main",
+            memory_used_mib=1500,
+            memory_limit_mib=4000,
+            utilization_percent=40.0,
+        )
+        run.agent.monitor.put("mock", MonitorSnapshot(devices=first.devices, containers=(usage,)))
+        samples = await _scrape(run)
+    used = metrics_used(DASHBOARD_22043, tuple(LEGACY_NODE))
+    assert len(used) == 6, "the dashboard's queries were not read"
+    for metric, labels in used.items():
+        assert samples.get(metric), f"{metric} is not exported"
+        for got, _ in samples[metric]:
+            assert labels <= set(got), f"{metric} lacks {labels - set(got)}"
+            assert set(got) == LEGACY_NODE[metric], metric
+            assert got["node_name"] == NODE
+    host = {s[0]["deviceidx"]: s[1] for s in samples["HostGPUMemoryUsage"]}
+    assert host["0"] == 81920 // 4 * MIB
+    assert {s[0]["deviceidx"]: s[1] for s in samples["HostCoreUtilization"]} == {
+        "0": 0.0,
+        "1": 10.0,
+    }
+    ((labels, value),) = samples["vGPU_device_memory_usage_in_bytes"]
+    assert value == 1500 * MIB and labels["deviceuuid"] == device
+    assert (labels["podnamespace"], labels["podname"], labels["ctrname"]) == (
+        "team",
+        "train",
+        "main",
+    )
+    assert labels["vdeviceid"] == "0"
+    assert [v for _, v in samples["vGPU_device_memory_limit_in_bytes"]] == [4000 * MIB]
+    assert [v for _, v in samples["Device_memory_desc_of_container"]] == [1500 * MIB]
+    assert [v for _, v in samples["Device_utilization_desc_of_container"]] == [40.0]

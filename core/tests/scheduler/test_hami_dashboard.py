@@ -100,4 +100,76 @@ async def test_without_the_setting_no_hami_name_is_exported(api, sched, http):
     add_nodes(api, 1, "2x A100-80GB")
     await sched.settle(api)
     async with http.get(f"{sched.metrics_url or sched.url}/metrics") as r:
-        assert "hami_" not in await r.text()
+        text = await r.text()
+    assert "hami_" not in text
+    assert not [name for name in LEGACY_SCHEDULER if name in text]
+
+
+# -- grafana.com 22043: the dashboard HAMi's documentation pointed to, pre-v2.8 names --------
+
+DASHBOARD_22043 = DASHBOARD.with_name("grafana-22043-hami-vgpu-metrics-dashboard.json")
+#: HAMi's scheduler families before v2.8 (cmd/scheduler/metrics.go at 3c220fcf) and labels.
+LEGACY_SCHEDULER = {
+    "nodeGPUOverview": {
+        "nodeid", "deviceuuid", "deviceidx", "devicecores", "sharedcontainers",
+        "devicememorylimit", "devicetype",
+    },
+    "vGPUMemoryPercentage": {"podnamespace", "nodename", "podname", "containeridx", "deviceuuid"},
+    "vGPUCorePercentage": {"podnamespace", "nodename", "podname", "containeridx", "deviceuuid"},
+}  # fmt: skip
+#: Its vGPU monitor's (cmd/vGPUmonitor/metrics.go), checked in core/tests/node.
+LEGACY_NODE = (
+    "HostGPUMemoryUsage",
+    "HostCoreUtilization",
+    "vGPU_device_memory_",
+    "Device_memory_desc_of_container",
+    "Device_utilization_desc_of_container",
+)
+#: NVIDIA's dcgm-exporter, which HAMi's documentation deploys next to HAMi for this
+#: dashboard: neither HAMi's metrics nor ours.
+DCGM = "DCGM_"
+LEGACY_PREFIXES = ("nodeGPU", "GPUDevice", "vGPU", "Device_", "Host", DCGM)
+
+
+def test_every_metric_of_22043_is_exported_by_one_side_or_is_dcgm_exporters() -> None:
+    used = metrics_used(DASHBOARD_22043, LEGACY_PREFIXES)
+    ours = [m for m in used if not m.startswith(DCGM)]
+    assert len(ours) >= 9, "the dashboard's queries were not read"
+    for metric in ours:
+        assert metric in LEGACY_SCHEDULER or metric.startswith(LEGACY_NODE), metric
+    # The overview table shows these labels as columns.
+    assert used["nodeGPUOverview"] <= LEGACY_SCHEDULER["nodeGPUOverview"]
+
+
+async def test_the_scheduler_exports_what_22043_reads(api, http):
+    sched = await start_scheduler(api, **{"metrics.hami_names": True})
+    try:
+        add_nodes(api, 1, "2x A100-80GB")
+        p = create_pod(api, gpu_pod("p", namespace="team", gpu="1", mem="20480", cores="30"))
+        await sched.settle(api)
+        with DevicePlugin(api):
+            assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
+        await sched.settle(api)
+        async with http.get(f"{sched.metrics_url or sched.url}/metrics") as r:
+            samples = _samples(await r.text())
+    finally:
+        await sched.close()
+    for metric, labels in metrics_used(DASHBOARD_22043, LEGACY_PREFIXES).items():
+        if metric not in LEGACY_SCHEDULER:
+            continue
+        assert samples.get(metric), f"{metric} is not exported"
+        for got, _ in samples[metric]:
+            assert labels <= set(got), f"{metric} lacks {labels - set(got)}"
+            assert LEGACY_SCHEDULER[metric] == set(got), metric  # HAMi's label set, exactly
+    # HAMi's values: the overview is the memory booked in bytes, with the cores booked,
+    # the containers sharing and the capacity in MiB as labels.
+    overview = {s[0]["deviceuuid"]: s for s in samples["nodeGPUOverview"]}
+    (booked,) = [u for u, s in overview.items() if s[1]]
+    labels, value = overview[booked]
+    assert value == 20480 * MIB and labels["nodeid"] == "node-0"
+    assert (labels["devicecores"], labels["sharedcontainers"]) == ("30", "1")
+    assert labels["devicememorylimit"] == "81920"
+    ((share_labels, share),) = samples["vGPUMemoryPercentage"]
+    assert share == 20480 / 81920 and share_labels["nodename"] == "node-0"
+    assert share_labels["podname"] == "p" and share_labels["deviceuuid"] == booked
+    assert [v for _, v in samples["vGPUCorePercentage"]] == [30]

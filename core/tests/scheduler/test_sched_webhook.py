@@ -675,3 +675,53 @@ async def test_a_memory_of_zero_shares_the_device_as_in_hami(sched, http):
     # Taken as not given (whole memory), yet not made exclusive: a memory resource was written.
     assert CORES not in result["spec"]["containers"][0]["resources"]["limits"]
     assert any(f"{MEM} 0 is taken as not given" in w for w in response["warnings"])
+
+
+async def test_a_pod_past_its_namespaces_device_quota_is_denied_or_warned(api, sched, http):
+    from sched_helpers import DevicePlugin, bind_args, create_pod, gpu_pod
+
+    add_nodes(api, 1, "4x A100-80GB")
+    api.put(
+        "resourcequotas",
+        {
+            "metadata": {"name": "gpu", "namespace": "team"},
+            "spec": {"hard": {f"limits.{MEM}": "30000", f"requests.{CORES}": "150"}},
+        },
+    )
+    await sched.settle(api)
+
+    def asking(name, **limits):
+        obj = gpu(**limits)
+        obj["metadata"].update(name=name, namespace="team")
+        return obj
+
+    # Alone past a cap: it could never be scheduled, so it is denied, the figures named.
+    denied = await admit(sched, http, asking("huge", gpu="1", mem="40000", cores="10"),
+                         namespace="team")  # fmt: skip
+    assert not denied["allowed"]
+    message = denied["status"]["message"]
+    for part in ("pod team/huge", "namespace team", "ResourceQuota gpu", f"limits.{MEM}",
+                 "40000 MiB", "30000"):  # fmt: skip
+        assert part in message, (part, message)
+    # A count-only request is made exclusive here (compute 100 per device): two are 200 %.
+    whole = await admit(sched, http, asking("whole", gpu="2"), namespace="team")
+    assert not whole["allowed"] and f"requests.{CORES}" in whole["status"]["message"]
+    assert "200 % compute" in whole["status"]["message"]
+    # Another namespace has no quota: nothing said.
+    elsewhere = await admit(sched, http, gpu(gpu="1", mem="40000", cores="10"), namespace="lab")
+    assert elsewhere["allowed"] and "warnings" not in elsewhere
+    # Within the cap alone, but not beside what the namespace's pods book now: a warning.
+    first = create_pod(api, gpu_pod("first", namespace="team", gpu="1", mem="20000", cores="10"))
+    await sched.settle(api)
+    with DevicePlugin(api):
+        assert (await sched.post(http, "bind", bind_args(first, "node-0"))) == {"Error": ""}
+    await sched.settle(api)
+    later = await admit(sched, http, asking("later", gpu="1", mem="20000", cores="10"),
+                        namespace="team")  # fmt: skip
+    assert later["allowed"]
+    (warning,) = [w for w in later["warnings"] if "ResourceQuota" in w]
+    assert "its pods book 20000 MiB" in warning and "20000 MiB more" in warning
+    assert "Pending" in warning and "namespace team" in warning
+    fits = await admit(sched, http, asking("fits", gpu="1", mem="10000", cores="10"),
+                       namespace="team")  # fmt: skip
+    assert fits["allowed"] and not any("ResourceQuota" in w for w in fits.get("warnings", []))

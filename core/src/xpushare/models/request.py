@@ -47,6 +47,14 @@ class ContainerRequest(Model):
         "'mig', 'hami-core'); honoured by the fit of the vendor that reads it",
     )
 
+    topology_aware: bool = Field(
+        default=False,
+        description="HAMi's topology-aware GPU policy is in effect for the pod (its "
+        "hami.io/gpu-scheduler-policy, or the configured device policy; set by the placement "
+        "engine): a vendor whose fit knows the links between its devices picks by them, one "
+        "device the least connected to the other candidates, several the best connected set",
+    )
+
     @model_validator(mode="after")
     def _memory_one_way(self) -> Self:
         if self.memory_mib is not None and self.memory_percent is not None:

@@ -120,7 +120,11 @@ class DeviceCollector:
 
     With *hami_names*, also HAMi's vGPU monitor families (``cmd/vGPUmonitor/metrics.go``),
     with HAMi's labels and values (its utilization "ratios" are percents), so HAMi's
-    Grafana dashboard reads this agent as it read HAMi's monitor.
+    Grafana dashboard reads this agent as it read HAMi's monitor; and the names the monitor
+    used before HAMi v2.8 (``HostGPUMemoryUsage``, ``vGPU_device_memory_usage_in_bytes``, ...,
+    at HAMi's commit 3c220fcf), which the dashboard HAMi's documentation points to
+    (grafana.com 22043) reads. Those carry a ``node_name`` label: HAMi's ServiceMonitor
+    added it from the pod's node, ours keeps the agent's own labels.
     """
 
     def __init__(
@@ -266,6 +270,32 @@ class DeviceCollector:
             "A container's utilization of a device (percent)",
             labels=clabels,
         )
+        old_dlabels = ["deviceidx", "deviceuuid", "node_name"]
+        old_host_memory = GaugeMetricFamily(
+            "HostGPUMemoryUsage", "GPU device memory usage", labels=old_dlabels
+        )
+        old_host_util = GaugeMetricFamily(
+            "HostCoreUtilization", "GPU core utilization", labels=old_dlabels
+        )
+        old_clabels = ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "node_name"]
+        old_used = GaugeMetricFamily(
+            "vGPU_device_memory_usage_in_bytes", "vGPU device usage", labels=old_clabels
+        )
+        old_limit = GaugeMetricFamily(
+            "vGPU_device_memory_limit_in_bytes", "vGPU device limit", labels=old_clabels
+        )
+        # HAMi's also carries HAMi-core's context/module/buffer breakdown as labels, which
+        # the vendors' monitors do not report: the total only.
+        old_desc = GaugeMetricFamily(
+            "Device_memory_desc_of_container",
+            "Container device memory description",
+            labels=old_clabels,
+        )
+        old_util = GaugeMetricFamily(
+            "Device_utilization_desc_of_container",
+            "Container device utilization description",
+            labels=old_clabels,
+        )
         for vendor, devices in sorted(self._vendors.items()):
             known = {d.id: d for d in devices.view.devices}
             snapshot = self._monitor.get(vendor)
@@ -276,10 +306,13 @@ class DeviceCollector:
                 if d is None:
                     continue
                 values = [self.node, str(d.index), d.id, d.model]
+                old = [str(d.index), d.id, self.node]
                 if s.memory_used_mib is not None:
                     host_memory.add_metric(values, float(s.memory_used_mib * MIB))
+                    old_host_memory.add_metric(old, float(s.memory_used_mib * MIB))
                 if s.utilization_percent is not None:
                     host_util.add_metric(values, float(s.utilization_percent))
+                    old_host_util.add_metric(old, float(s.utilization_percent))
             # HAMi's vdevice_index: the device's place among the container's own devices.
             places: dict[tuple[str, str, str], list[str]] = {}
             for c in sorted(
@@ -293,12 +326,18 @@ class DeviceCollector:
                 if c.device_id not in seen:
                     seen.append(c.device_id)
                 values = [*owner, str(seen.index(c.device_id)), c.device_id]
+                old = [*values, self.node]
                 vgpu_used.add_metric(values, float(c.memory_used_mib * MIB))
+                old_used.add_metric(old, float(c.memory_used_mib * MIB))
+                old_desc.add_metric(old, float(c.memory_used_mib * MIB))
                 if c.memory_limit_mib is not None:
                     vgpu_limit.add_metric(values, float(c.memory_limit_mib * MIB))
+                    old_limit.add_metric(old, float(c.memory_limit_mib * MIB))
                 if c.utilization_percent is not None:
                     vgpu_util.add_metric(values, float(c.utilization_percent))
+                    old_util.add_metric(old, float(c.utilization_percent))
         yield from (host_memory, host_util, vgpu_used, vgpu_limit, vgpu_util)
+        yield from (old_host_memory, old_host_util, old_used, old_limit, old_desc, old_util)
 
     def _plugin_families(self) -> Iterator[Metric]:
         labels = ["node", "vendor", "resource"]

@@ -49,9 +49,11 @@ class PlacementConfig(BaseModel):
     policy_options: dict[str, Any] = Field(
         default_factory=dict, description="keyword options of the policy"
     )
-    device_policy: Literal["binpack", "spread"] | None = Field(
+    device_policy: Literal["binpack", "spread", "topology-aware"] | None = Field(
         default=None,
-        description="device order inside a node; unset: the policy's own",
+        description="device order inside a node; unset: the policy's own. topology-aware "
+        "(HAMi's) orders as spread and lets a vendor that knows its devices' links choose "
+        "by them",
     )
     memory_overcommit: dict[str, float] = Field(
         default_factory=dict,

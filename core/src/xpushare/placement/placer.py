@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from xpushare.errors import PluginError
 from xpushare.models import (
     ContainerAssignment,
+    ContainerRequest,
     DeviceUsage,
     FitReason,
     FitResult,
@@ -68,7 +69,7 @@ from xpushare.scheduling.fit import (
     sig_can_host,
     slices,
 )
-from xpushare.scheduling.podpolicy import BINPACK, SPREAD, HamiDeviceOrder
+from xpushare.scheduling.podpolicy import BINPACK, SPREAD, TOPOLOGY, HamiDeviceOrder
 from xpushare.scheduling.policies import emptiest_first, fullest_first
 
 if TYPE_CHECKING:
@@ -222,6 +223,10 @@ class Placer:
         #: The per-pod choice this placer decides for (``None``: the cluster's), and the
         #: placers of the other choices met, each built once (:meth:`for_request`).
         self.pod_policy: PodPolicy | None = None
+        #: HAMi's topology-aware GPU policy in effect (the configured one here; a pod's own
+        #: in its variant): the vendors' fits are told so in ``ContainerRequest``.
+        self._topology = self.config.device_policy == TOPOLOGY
+        self._topology_requests: dict[int, tuple[ContainerRequest, ContainerRequest]] = {}
         self._variants: dict[PodPolicy, Placer] = {}
         self._policies: dict[str, Policy] = {self.policy.name: self.policy}
         self._keys: dict[tuple[Any, ...], int] = {}
@@ -333,6 +338,8 @@ class Placer:
             device_order=order,
         )
         placer.pod_policy = choice
+        if choice.device is not None:  # the pod's GPU policy replaces the configured one
+            placer._topology = choice.topology
         return placer
 
     def observe(self, request: PodRequest) -> None:
@@ -895,8 +902,20 @@ class Placer:
 
     # -- vendors with a fit or a score of their own ----------------------------------------------
 
+    def _told_topology(self, request: ContainerRequest) -> ContainerRequest:
+        """*request* marked topology-aware: one copy per request, not one per node asked."""
+        hit = self._topology_requests.get(id(request))
+        if hit is not None and hit[0] is request:
+            return hit[1]
+        if len(self._topology_requests) >= MAX_MEMO_KEYS:
+            self._topology_requests.clear()
+        told = request.model_copy(update={"topology_aware": True})
+        self._topology_requests[id(request)] = (request, told)
+        return told
+
     def _vendor_fitter(self, handle: VendorHandle) -> Any:
         ledger = self.ledger
+        topology = self._topology
 
         def fitter(
             node: NodeState,
@@ -907,15 +926,16 @@ class Placer:
             full: bool,
         ) -> tuple[list[Pick] | None, dict[FitReason, int], str] | None:
             applies = vendor_fit_applies(ledger, handle, node.name, table)
-            if not applies and demand.partition is None and demand.mode is None:
+            if not applies and demand.partition is None and demand.mode is None and not topology:
                 # The vendor said its fit leaves such a node to the default: skip building
                 # the views it would be given (tens of microseconds a node). A demand that
-                # names a mode is the vendor's to judge: the core does not know modes.
+                # names a mode is the vendor's to judge: the core does not know modes, nor
+                # what the vendor knows of its devices' links (topology-aware).
                 return None
             usage = _usage_with(table, extra, idle=demand.idle)
             try:
                 result = handle.own_fit(
-                    request=demand.request,
+                    request=self._told_topology(demand.request) if topology else demand.request,
                     node=ledger.node_view(node.name, demand.vendor),
                     usage=usage,
                     device_order=[d.id for d in (order or table.devices)],

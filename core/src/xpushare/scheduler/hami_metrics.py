@@ -6,6 +6,11 @@ not ours). They are HAMi's scheduler metrics with HAMi's labels and values
 capacity and booking in bytes, the cores (``device_cores`` is the capacity, as there), the
 share slots in use; per namespace quota, the booking against each capped resource. The node
 agent exports HAMi's vGPU monitor names next to these (``xpushare.node.metrics``).
+
+The same setting also exports the names HAMi's scheduler used before v2.8 (``nodeGPUOverview``,
+``vGPUMemoryPercentage``, ``GPUDeviceMemoryLimit``, ...; HAMi's cmd/scheduler/metrics.go at
+commit 3c220fcf), with their labels and values, which the Grafana dashboard HAMi's
+documentation points to (grafana.com 22043, core/tests/data/hami/) still reads.
 """
 
 from __future__ import annotations
@@ -196,3 +201,80 @@ class HamiCollector(Collector):
             container_cores.add_metric(key, float(cores))
         yield container_memory
         yield container_cores
+        yield from _legacy_families(self._snapshot)
+
+
+def _legacy_families(snapshot: HamiSnapshot) -> Iterator[GaugeMetricFamily]:
+    """HAMi's scheduler families before v2.8: camel-case names, ``nodeid``/``deviceuuid``
+    labels, the same figures (``nodeGPUOverview``'s ``devicecores`` is the cores booked and
+    ``devicememorylimit`` the capacity in MiB, as there)."""
+    labels = ["nodeid", "deviceuuid", "deviceidx"]
+    memory_limit = GaugeMetricFamily(
+        "GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", labels=labels
+    )
+    core_limit = GaugeMetricFamily(
+        "GPUDeviceCoreLimit", "Device core limit for a certain GPU", labels=labels
+    )
+    memory_allocated = GaugeMetricFamily(
+        "GPUDeviceMemoryAllocated",
+        "Device memory allocated for a certain GPU",
+        labels=[*labels, "devicecores"],
+    )
+    shared = GaugeMetricFamily(
+        "GPUDeviceSharedNum", "Number of containers sharing this GPU", labels=labels
+    )
+    core_allocated = GaugeMetricFamily(
+        "GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", labels=labels
+    )
+    overview = GaugeMetricFamily(
+        "nodeGPUOverview",
+        "GPU overview on a certain node",
+        labels=[
+            *labels,
+            "devicecores",
+            "sharedcontainers",
+            "devicememorylimit",
+            "devicetype",
+        ],
+    )
+    memory_ratio = GaugeMetricFamily(
+        "nodeGPUMemoryPercentage",
+        "GPU memory allocated percentage on a certain GPU (0 to 1)",
+        labels=labels,
+    )
+    capacity: dict[tuple[str, str], int] = {}
+    for node, uuid, index, model, cap, used, cores, used_cores, slots in snapshot.devices:
+        capacity[(node, uuid)] = cap
+        key = [node, uuid, str(index)]
+        memory_limit.add_metric(key, float(cap * MIB))
+        core_limit.add_metric(key, float(cores))
+        memory_allocated.add_metric([*key, str(used_cores)], float(used * MIB))
+        shared.add_metric(key, float(slots))
+        core_allocated.add_metric(key, float(used_cores))
+        overview.add_metric([*key, str(used_cores), str(slots), str(cap), model], float(used * MIB))
+        if cap > 0:
+            memory_ratio.add_metric(key, used / cap)
+    yield from (memory_limit, core_limit, memory_allocated, shared, core_allocated)
+    yield from (overview, memory_ratio)
+    clabels = ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"]
+    allocated = GaugeMetricFamily(
+        "vGPUPodsDeviceAllocated",
+        "vGPU allocated from pods",
+        labels=[*clabels, "deviceusedcore"],
+    )
+    memory_share = GaugeMetricFamily(
+        "vGPUMemoryPercentage",
+        "vGPU memory percentage allocated from a container (0 to 1)",
+        labels=clabels,
+    )
+    core_share = GaugeMetricFamily(
+        "vGPUCorePercentage", "vGPU core allocated from a container", labels=clabels
+    )
+    for namespace, node, pod, index, uuid, memory, cores in snapshot.containers:
+        key = [namespace, node, pod, str(index), uuid]
+        allocated.add_metric([*key, str(cores)], float(memory * MIB))
+        total = capacity.get((node, uuid), 0)
+        if total > 0:  # HAMi: only for a device it still knows
+            memory_share.add_metric(key, memory / total)
+        core_share.add_metric(key, float(cores))
+    yield from (allocated, memory_share, core_share)

@@ -8,7 +8,9 @@ that ask for a managed resource, it
 * refuses what is invalid: non-numeric or negative values, memory in MiB and as a percent,
   memory above the largest device of the vendor in the cluster, a preset ``spec.nodeName``
   (it would skip the scheduler and so the device assignment), malformed
-  ``hami.io/device-scoring-weights``;
+  ``hami.io/device-scoring-weights``; a pod whose own device request alone is past a
+  ResourceQuota cap of its namespace (one beside what the namespace books now is admitted
+  with a warning: it waits Pending, and /filter decides with the binds in flight);
 * takes what HAMi clamps or ignores as HAMi does (compute above 100 is 100, written so in
   the spec; a memory percent above 100 or of 0; a HAMi ``numa-bind`` that is no boolean; a
   policy name or token HAMi does not know) and says what it changed in admission
@@ -55,6 +57,7 @@ from xpushare.scheduler.podguard import (
 )
 from xpushare.scheduling.podpolicy import policy_warnings
 from xpushare.scheduling.quantity import parse_quantity
+from xpushare.scheduling.request import PodRequest
 
 if TYPE_CHECKING:
     from xpushare.plugins import PluginHost, VendorHandle
@@ -234,9 +237,38 @@ class Webhook:
                 f"schedulerName {current!r} is kept; devices are assigned only by "
                 f"{self.scheduler_name!r}"
             )
+        requests: list[ContainerRequest] = []
+        init: list[ContainerRequest] = []
         for container, index, vendors in asks:
-            patches.extend(self._container(pod, view, container, index, vendors, who, warnings))
+            mine = init if container.init else requests
+            patches.extend(
+                self._container(pod, view, container, index, vendors, who, warnings, mine)
+            )
+        warnings.extend(self._quota(namespace, who, requests, init))
         return patches, warnings
+
+    def _quota(
+        self,
+        namespace: str,
+        who: str,
+        requests: list[ContainerRequest],
+        init: list[ContainerRequest],
+    ) -> list[str]:
+        """Deny a pod that alone books more than a device quota of its namespace allows;
+        warn when what the namespace books now leaves it too little (it waits Pending).
+
+        /filter decides with the binds in flight and the node's devices; this is what can be
+        known before: the pod's own request, the quotas and the bound pods' usage.
+        """
+        quotas = self.cluster.quotas
+        if quotas is None or not quotas.limits(namespace) or not (requests or init):
+            return []
+        pod = PodRequest.build(requests, init=init)
+        used = self.cluster.ledger.namespace_usage(namespace)
+        denied, warnings = quotas.admission(pod, namespace, used)
+        if denied is not None:
+            raise AdmissionDenied(f"{who}: {denied}")
+        return warnings
 
     def isolation_problem(self, pod: ob.Object) -> str | None:
         """Why the isolation rules refuse *pod*, or None when they let it pass.
@@ -474,7 +506,9 @@ class Webhook:
         vendors: list[VendorHandle],
         who: str,
         warnings: list[str],
+        requests: list[ContainerRequest],
     ) -> list[dict[str, Any]]:
+        """The container's patches; its requests (as admitted) are added to *requests*."""
         field = "initContainers" if container.init else "containers"
         where = f"{who}, {'init container' if container.init else 'container'} {container.name!r}"
         patches: list[dict[str, Any]] = []
@@ -539,6 +573,7 @@ class Webhook:
                                 "value": value,
                             }
                         )
+            requests.append(request)
             extra = handle.mutate_admission(
                 pod=view, container=container, index=index, request=request
             )

@@ -16,7 +16,7 @@ decisions in flight, rebuilt from the pods' annotations after a restart like the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -172,9 +172,55 @@ class QuotaBook:
         request books there (``None``: none known, such a request counts nothing, as HAMi's
         webhook counts it).
         """
+        for limit, now, more in self._over(request, namespace, used, table_of):
+            unit = _unit(limit)
+            return (
+                f"namespace {namespace}: ResourceQuota {limit.quota} caps {limit.key} at "
+                f"{limit.written} ({limit.limit} {unit}); its pods book {now} {unit} and "
+                f"this pod asks {more} {unit} more"
+            )
+        return None
+
+    def admission(
+        self, request: PodRequest, namespace: str, used: Mapping[str, tuple[int, int]]
+    ) -> tuple[str | None, list[str]]:
+        """What the webhook says of *request*: why it is denied (its own booking alone is past
+        a cap, so it could never be scheduled), or warnings (the namespace's pods book enough
+        now that it will wait Pending until some of them end).
+
+        Without a node, a percent or whole-device request counts no memory, as HAMi's
+        webhook counts it; /filter, which knows the node, still refuses it there.
+        """
+        warnings: list[str] = []
+        for limit, _, more in self._over(request, namespace, {}, None):
+            unit = _unit(limit)
+            return (
+                f"namespace {namespace}: this pod asks {more} {unit} of {limit.vendor} "
+                f"{limit.kind} ({limit.key}), above the {limit.written} ({limit.limit} {unit}) "
+                f"ResourceQuota {limit.quota} allows the whole namespace, so it could never be "
+                "scheduled; ask for less or raise the quota"
+            ), warnings
+        for limit, now, more in self._over(request, namespace, used, None):
+            unit = _unit(limit)
+            warnings.append(
+                f"namespace {namespace}: its pods book {now} {unit} of {limit.key} and this "
+                f"pod asks {more} {unit} more, past the {limit.written} ({limit.limit} {unit}) "
+                f"of ResourceQuota {limit.quota}; the pod stays Pending until enough of the "
+                "namespace's pods end"
+            )
+        return None, warnings
+
+    def _over(
+        self,
+        request: PodRequest,
+        namespace: str,
+        used: Mapping[str, tuple[int, int]],
+        table_of: Mapping[str, DeviceTable | None] | None,
+    ) -> Iterator[tuple[QuotaLimit, int, int]]:
+        """Each cap *request* would take *namespace* past: (cap, booked now, asked)."""
         limits = self._by_namespace.get(namespace)
         if not limits:
-            return None
+            return
         wants: dict[str, tuple[int, int]] = {}
         for limit in limits:
             if limit.vendor not in request.vendors:
@@ -189,13 +235,7 @@ class QuotaBook:
             booked = used.get(limit.vendor, (0, 0))
             now = booked[0] if limit.kind == "memory" else booked[1]
             if now + more > limit.limit:
-                unit = "MiB" if limit.kind == "memory" else "% compute"
-                return (
-                    f"namespace {namespace}: ResourceQuota {limit.quota} caps {limit.key} at "
-                    f"{limit.written} ({limit.limit} {unit}); its pods book {now} {unit} and "
-                    f"this pod asks {more} {unit} more"
-                )
-        return None
+                yield limit, now, more
 
     def needs_node(self, request: PodRequest, namespace: str) -> bool:
         """Whether :meth:`refusal` depends on the node (a capped vendor's memory asked as a
@@ -205,6 +245,10 @@ class QuotaBook:
             d.vendor in capped and (d.memory_mib is None or d.partition is not None)
             for d in request.demands
         )
+
+
+def _unit(limit: QuotaLimit) -> str:
+    return "MiB" if limit.kind == "memory" else "% compute"
 
 
 def pod_booking(request: PodRequest, vendor: str, table: DeviceTable | None) -> tuple[int, int]:

@@ -2,8 +2,9 @@
 
 For tests that check a dashboard works against what we export: every metric a query names
 must be exported, with every label the query selects on, groups by, joins on or lists.
-Enough PromQL for dashboards (selectors, ``by``/``on``/``ignoring``/``without`` lists and
-``label_values(metric, label)``), not a full parser.
+Enough PromQL for dashboards (selectors, ``by``/``on``/``ignoring``/``without`` lists,
+``label_values(metric, label)``, ``label_values(metric{...}, label)`` and
+``label_values({__name__=~"a|b"}, label)``), not a full parser.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ _SELECTOR = re.compile(rf"({_NAME})\s*\{{([^}}]*)\}}")
 _BARE = re.compile(rf"\b({_NAME})\b(?!\s*\()")
 _MATCHER = re.compile(rf"({_NAME})\s*(?:=~|!~|!=|=)")
 _GROUPING = re.compile(r"\b(?:by|on|ignoring|without)\s*\(([^)]*)\)")
-_LABEL_VALUES = re.compile(rf"label_values\(\s*({_NAME})\s*,\s*({_NAME})\s*\)")
+_LABEL_VALUES = re.compile(rf"label_values\(\s*({_NAME})\s*(?:\{{[^}}]*\}})?\s*,\s*({_NAME})\s*\)")
+#: ``label_values({__name__=~"a|b"}, label)``: the metrics named by the regex's alternatives.
+_LABEL_VALUES_OF_NAMES = re.compile(
+    rf'label_values\(\s*\{{\s*__name__\s*=~?\s*"([^"]*)"[^}}]*\}}\s*,\s*({_NAME})\s*\)'
+)
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KEYWORDS = frozenset(
     {
@@ -59,12 +64,18 @@ def queries(dashboard: Any) -> Iterator[tuple[str, set[str]]]:
             yield from queries(item)
 
 
-def metrics_used(path: Path, prefix: str) -> dict[str, set[str]]:
-    """Per metric named with *prefix* in the dashboard at *path*, the labels its queries use."""
+def metrics_used(path: Path, prefix: str | tuple[str, ...]) -> dict[str, set[str]]:
+    """Per metric named with *prefix* (or one of several) in the dashboard at *path*, the
+    labels its queries use."""
     out: dict[str, set[str]] = {}
     for query, shown in queries(json.loads(path.read_text())):
         for metric, label in _LABEL_VALUES.findall(query):
-            out.setdefault(metric, set()).add(label)
+            if metric.startswith(prefix):
+                out.setdefault(metric, set()).add(label)
+        for names, label in _LABEL_VALUES_OF_NAMES.findall(query):
+            for metric in names.split("|"):
+                if re.fullmatch(_NAME, metric) and metric.startswith(prefix):
+                    out.setdefault(metric, set()).add(label)
         text = _STRING.sub('""', query)
         names = [m for m in _BARE.findall(text) if m.startswith(prefix) and m not in _KEYWORDS]
         labels: set[str] = set(shown)

@@ -24,6 +24,12 @@ default would be wrong or blind:
   set with the best links between its members wins (HAMi's topology-aware choice, research/
   hami-protocol.md §5.3), ties going to the policy's order. A score alone could not do this:
   it ranks nodes, while the choice of GPUs happens inside one node.
+* **HAMi's topology-aware GPU policy** (``ContainerRequest.topology_aware``). One GPU goes
+  to the candidate least connected to the other candidates (the lowest sum of pair scores;
+  ties: the first in the policy's order), which keeps well-linked GPUs free for the pods that
+  need several (HAMi's computeWorstSingleCard, research/hami-protocol.md §5.3). Several GPUs
+  get the best-linked set by every link kind, PCIe levels too, not only where there are
+  NVLinks.
 
 The per-GPU checks mirror the sharing model in HAMi's order (§5.1). Everything here is pure
 and allocation-light: ``/filter`` calls it for every candidate node.
@@ -73,6 +79,7 @@ def fit(
         and request.mode is None
         and not special
         and (request.count < 2 or not topology.has_nvlink(devices))
+        and not (request.topology_aware and any(d.links for d in devices))
     ):
         return None
     if not devices:
@@ -338,6 +345,8 @@ def _choose(
             reasons[FitReason.NUMA_MISMATCH] += len(candidates)
             return None
     points = topology.pair_points(candidates)
+    if k == 1 and request.topology_aware and len(candidates) > 1 and points:
+        return [_least_connected(candidates, points)]
     best: list[Device] | None = None
     best_points = -1
     for group in groups:
@@ -346,6 +355,13 @@ def _choose(
         if score > best_points:
             best, best_points = pick, score
     return best
+
+
+def _least_connected(candidates: list[Device], points: Mapping[tuple[str, str], int]) -> Device:
+    """The candidate with the lowest sum of pair scores to the others; ties: the first."""
+    ids = [d.id for d in candidates]
+    sums = [sum(points.get((a, b), 0) for b in ids if b != a) for a in ids]
+    return candidates[sums.index(min(sums))]
 
 
 def best_subset(group: list[Device], k: int, points: Mapping[tuple[str, str], int]) -> list[Device]:

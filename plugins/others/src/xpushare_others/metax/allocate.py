@@ -24,7 +24,8 @@ from __future__ import annotations
 from xpushare.models import AllocateRequest, ContainerAllocation, DeviceNode
 from xpushare_others.common import devices as nodes
 from xpushare_others.metax.config import MetaxConfig
-from xpushare_others.metax.request import APP_CLASS_KEY, APP_CLASSES, QOS_KEY, QOS_POLICIES
+from xpushare_others.metax.request import APP_CLASS_KEY, QOS_KEY
+from xpushare_others.metax.tags import APP_CLASSES, QOS_POLICIES
 
 #: The QoS policy of the pod's slices, for the container's own tools and runtime hooks.
 QOS_ENV = "XPUSHARE_METAX_QOS_POLICY"

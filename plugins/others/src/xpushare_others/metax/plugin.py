@@ -15,7 +15,8 @@ from xpushare.models import (
     PodView,
 )
 from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
-from xpushare_others.metax import allocate, app_class, detect, health, library, monitor
+from xpushare_others.metax import allocate, detect, health, library, monitor, score
+from xpushare_others.metax import fit as sgpu_fit
 from xpushare_others.metax import request as rules
 from xpushare_others.metax.config import SGPU_MEMORY_UNIT_MIB, VENDOR, MetaxConfig
 
@@ -52,8 +53,18 @@ class MetaxPlugin(RulesVendorPlugin[MetaxConfig, library.Mxsml]):
         device_order: Sequence[str],
         memory_overcommit: float,
     ) -> FitResult | None:
-        # No xpushare_fit_applies: the app-class rule depends on usage, not on the inventory.
-        return app_class.fit(request, node, usage, device_order, memory_overcommit)
+        # No xpushare_fit_applies: the class and QoS rules depend on usage, not the inventory.
+        return sgpu_fit.fit(request, node, usage, device_order, memory_overcommit)
+
+    @hookimpl
+    def xpushare_score(
+        self,
+        request: ContainerRequest,
+        node: NodeView,
+        fit: FitResult,
+        usage: Mapping[str, DeviceUsage],
+    ) -> float | None:
+        return score.hook_score(request, node, fit, usage)
 
 
 metax = MetaxPlugin(METAX)

@@ -6,9 +6,9 @@ bare but bytes when it carries a unit (``4Gi``). The webhook validates the pod's
 ``metax-tech.com/sgpu-qos-policy`` (``best-effort``, the default it writes, ``fixed-share``
 or ``burst-share``) and app class ``metax-tech.com/sgpu-app-class`` (``online`` or
 ``offline``, one sGPU per container only), so HAMi users' pods keep the annotations they
-rely on. A pod's app class travels to the fit as its request's mode
-(:data:`~xpushare_others.metax.app_class.CLASS_MODES`); an ``online`` pod gets no QoS
-default, as in HAMi.
+rely on. A pod's app class and QoS policy travel to the fit as its request's mode
+(:mod:`~xpushare_others.metax.tags`); an ``online`` pod gets no QoS default, as in HAMi, and
+a pod that came past the webhook without a policy is best-effort, the one it would have got.
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ from xpushare_others.common.requests import (
     whole_devices,
     with_compute,
 )
-from xpushare_others.metax.app_class import CLASS_MODES, ONLINE
 from xpushare_others.metax.config import VENDOR, MetaxConfig
+from xpushare_others.metax.tags import APP_CLASSES, BEST_EFFORT, ONLINE, QOS_POLICIES, SgpuTag
 
 QOS_KEY: Final = "metax-tech.com/sgpu-qos-policy"
-QOS_POLICIES: Final = ("best-effort", "fixed-share", "burst-share")
-QOS_DEFAULT: Final = "best-effort"
+QOS_DEFAULT: Final = BEST_EFFORT
 APP_CLASS_KEY: Final = "metax-tech.com/sgpu-app-class"
-APP_CLASSES: Final = tuple(CLASS_MODES)
 #: Characters of a refused annotation value quoted back (an annotation may be 256 KiB).
 QUOTED_CHARS: Final = 64
 DOMAIN: Final = "metax-tech.com/"
@@ -55,11 +53,22 @@ def adjust(
     if raw_value(container, names.compute) is None:
         request = with_compute(request, 100)
     app = pod.annotations.get(APP_CLASS_KEY)
-    if app is not None:
-        if app not in APP_CLASSES:
-            raise ValueError(_bad_class(pod, app))
-        request = request.model_copy(update={"mode": CLASS_MODES[app]})
+    if app is not None and app not in APP_CLASSES:
+        raise ValueError(_bad_class(pod, app))
+    qos = pod.annotations.get(QOS_KEY, QOS_DEFAULT)
+    if app != ONLINE and qos not in QOS_POLICIES:
+        raise ValueError(_bad_qos(pod, qos))
+    mode = SgpuTag(app, qos if app != ONLINE else QOS_DEFAULT).render()
+    if mode is not None:
+        request = request.model_copy(update={"mode": mode})
     return request
+
+
+def _bad_qos(pod: PodView, qos: str) -> str:
+    return (
+        f"pod {pod.ref}: annotation {QOS_KEY}={qos[:QUOTED_CHARS]!r} is not one of "
+        f"{', '.join(QOS_POLICIES)}"
+    )
 
 
 def _bad_class(pod: PodView, app: str) -> str:
@@ -79,10 +88,7 @@ def admission(
     """Validate the QoS annotations; default the policy once per pod (first MetaX container)."""
     qos = pod.annotations.get(QOS_KEY)
     if qos is not None and qos not in QOS_POLICIES:
-        raise AdmissionDenied(
-            f"pod {pod.ref}: annotation {QOS_KEY}={qos[:QUOTED_CHARS]!r} is not one of "
-            f"{', '.join(QOS_POLICIES)}"
-        )
+        raise AdmissionDenied(_bad_qos(pod, qos))
     app = pod.annotations.get(APP_CLASS_KEY)
     if app is not None:
         if app not in APP_CLASSES:
