@@ -182,3 +182,66 @@ def test_a_vendor_fit_that_applies_to_some_nodes_is_asked_there_only() -> None:
             )
             container = ContainerAssignment(container="c", vendor="acme", devices=(piece,))
             ledger.add(f"s{step}", PodAssignment(node=name, containers=(container,)))
+
+
+def test_the_candidate_rows_follow_nodes_added_changed_and_removed() -> None:
+    """Calls of 32 candidates or more are answered from per-node arrays kept in step with the
+    ledger (scheduler/candidates.py): after any change (a pod added or gone, a node removed,
+    re-registered with other devices or new) each answer is still the fit of the node as it
+    is now, its CPU and host memory included, and the small calls (node by node) agree."""
+    ledger = fleet()
+    checker = FeasibilityChecker(Placer(ledger, "binpack"))
+    rng = random.Random(29)
+    born = 0
+
+    def devices(name: str, memory: int) -> list[Device]:
+        return [
+            Device(vendor="acme", id=f"{name}-{i}", index=i, model="A100", memory_mib=memory)
+            for i in range(rng.choice([1, 2, 4]))
+        ]
+
+    for step in range(300):
+        request = PodRequest.build(
+            [
+                ContainerRequest(
+                    vendor="acme",
+                    memory_mib=rng.choice([4_000, 20_000, 39_000, 70_000]),
+                    compute_percent=rng.choice([0, 50]),
+                )
+            ],
+            cpu_milli=rng.choice([0, 1_000, 7_000]),
+            memory_mib=rng.choice([0, 0, 4_096]),
+        )
+        names = [*ledger.nodes, "ghost", "n3"]  # a duplicate: answered like the first
+        rng.shuffle(names)
+        got = checker.check(request, names)
+        small = [checker.check(request, names[i : i + 8]) for i in range(0, len(names), 8)]
+        assert got.fits == [n for part in small for n in part.fits], step
+        for name in names:
+            state = ledger.nodes.get(name)
+            if state is None:
+                assert name not in got.fits and got.failed[name]
+                continue
+            fit = fit_pod(state, request)
+            assert (name in got.fits) == fit.fits, (step, name)
+            if not fit.fits:
+                assert got.failed[name] == fit.message(), (step, name)
+        change = rng.random()
+        victim = rng.choice(sorted(ledger.nodes))
+        if change < 0.3:
+            ledger.remove_node(victim)
+        elif change < 0.5:
+            ledger.set_node(victim, devices(victim, 80_000), cpu_milli=rng.choice([None, 4_000]))
+        elif change < 0.7:
+            ledger.set_node(f"new{born}", devices(f"new{born}", 40_000), memory_mib=8_192)
+            born += 1
+        elif got.fits:
+            name = rng.choice(got.fits)
+            device = next(iter(ledger.nodes[name].tables["acme"].devices))
+            piece = DeviceSlice(
+                device_id=device.id, index=device.index, memory_mib=1_000, compute_percent=0
+            )
+            container = ContainerAssignment(container="c", vendor="acme", devices=(piece,))
+            ledger.add(f"pod-{step}", PodAssignment(node=name, containers=(container,)), cpu_milli=2_000)
+    rows = checker.rows()
+    assert born > 20 and len(rows.rows) > 60, "the rows grew with the fleet"

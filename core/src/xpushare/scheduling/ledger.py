@@ -138,6 +138,9 @@ class UsageLedger:
         #: Told of every reservation made (the key and its entry) and dropped (the key and
         #: ``None``); the scheduler's filter workers mirror them (scheduler/workers.py).
         self.on_reservation: Callable[[str, PodEntry | None], None] | None = None
+        #: Names of the nodes changed since :meth:`take_changes` was last called; ``None``
+        #: until :meth:`track_changes` (bounded by the fleet: a set of node names).
+        self._changed: set[str] | None = None
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -282,7 +285,22 @@ class UsageLedger:
             self.set_node(name, ())
         else:
             del self._nodes[name]
+            if self._changed is not None:
+                self._changed.add(name)
         self._inventory.pop(name, None)
+
+    def track_changes(self) -> None:
+        """Start recording which nodes change (every node known now counts as changed), for
+        one reader that keeps per-node facts of its own (scheduler/candidates.py)."""
+        self._changed = set(self._nodes)
+
+    def take_changes(self) -> set[str]:
+        """The nodes added, changed or removed since the last call (and forget them)."""
+        changed = self._changed
+        if changed is None:
+            raise RuntimeError("UsageLedger.take_changes before track_changes")
+        self._changed = set()
+        return changed
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -470,6 +488,8 @@ class UsageLedger:
             self._bump(state)
 
     def _bump(self, state: NodeState) -> None:
+        if self._changed is not None:
+            self._changed.add(state.name)
         self._clock += 1
         state.version = self._clock
         state.memo = {}
