@@ -14,8 +14,9 @@ device in that state could hold one part of shape ``i``, ``U[a]`` its free units
 a multiset of signatures, so its sums are sums of rows:
 
 * ``C[i]`` devices that could hold a part of shape ``i``: the sum of ``H``;
-* ``X[i]`` free units on devices that could not (stuck for shape ``i``): the sum of
-  ``(1 - H) U``;
+* ``X[i]`` free units stuck for shape ``i``: the sum of ``(1 - H) U + H R``, where
+  ``R[a, i]`` is what the shape's instances cannot reach on a partitioned device (dynamic
+  MIG, see :mod:`~xpushare.scheduling.fragmentation`) that could hold one, 0 on others;
 * ``T`` free units of the table: the sum of ``U``.
 
 Booking a device moves one count from its signature ``a`` to its booked signature ``a'``,
@@ -41,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xpushare.scheduling.fit import sig_can_host
-from xpushare.scheduling.state import SIG_MEMORY, SIG_UNITS, UNITS, booked_signature
+from xpushare.scheduling.fit import sig_booked
+from xpushare.scheduling.state import SIG_UNITS, UNITS
 from xpushare.scheduling.units import demand_units
 
 if TYPE_CHECKING:
@@ -111,9 +112,12 @@ class VendorArrays:
     ``K = inf``: no device of this vendor serves them, so they see the whole table as stuck.
     """
 
-    def __init__(self, workload: Workload, vendor: str, host_mask: Any) -> None:
+    def __init__(self, workload: Workload, vendor: str, host_mask: Any, stuck: Any = None) -> None:
         self.vendor = vendor
         self._host_mask = host_mask  # (vendor, signature) -> bit i set when it hosts shape i
+        #: (vendor, signature) -> per shape the free units it cannot use, or None: all usable
+        #: by a shape it hosts (every device but a partitioned one).
+        self._stuck = stuck
         shapes = workload.shapes
         self.shapes = shapes
         self.S = len(shapes)
@@ -164,10 +168,11 @@ class VendorArrays:
         row = np.zeros(width + S)
         mask = self._host_mask(self.vendor, sig)
         units = sig[SIG_UNITS]
+        partial = self._stuck(self.vendor, sig) if self._stuck is not None else None
         for i in range(S):
             hosts = (mask >> i) & 1
             row[i] = hosts
-            row[S + i] = 0 if hosts else units
+            row[S + i] = (partial[i] if partial is not None else 0) if hosts else units
             d = self.shapes[i].demand
             if d is not None and self.shapes[i].vendor == self.vendor:
                 row[width + i] = d.count * demand_units(d, sig[1], sig[7], sig[8]) or UNITS
@@ -221,13 +226,8 @@ class VendorArrays:
         if unknown.any():
             keys = self._sigs.keys
             for row in sorted(set(rows[unknown].tolist())):  # (np.unique imports numpy.ma)
-                sig = keys[row]
-                if sig_can_host(sig, demand):
-                    need = demand.memory_for(sig[SIG_MEMORY])
-                    after = booked_signature(sig, need, demand.compute, demand.exclusive)
-                    booked_row = self.sig(after)
-                else:
-                    booked_row = UNFIT
+                after = sig_booked(keys[row], demand)
+                booked_row = UNFIT if after is None else self.sig(after)
                 if booked_row >= len(booked):  # the store grew: so does the map
                     grown = np.full(2 * booked_row + 1, UNKNOWN, dtype=np.intp)
                     grown[: len(booked)] = booked

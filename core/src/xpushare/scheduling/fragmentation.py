@@ -11,6 +11,29 @@ that a task of that shape could not use:
   fractional task, devices with less free than it needs; for a k-device task of whole
   devices, devices that are not entirely free.
 
+A device cut into partitions when containers get them (dynamic MIG: its profiles carry
+placements, :mod:`~xpushare.scheduling.partitions`) has no continuous share to give: its
+capacity comes as instances of its profiles at fixed placements, and free slices that no
+instance can reach any more are capacity no task can use. The measure reads such a device
+by what its profiles still fit:
+
+* its free capacity is its compute slices that no instance takes (one A100 slice of seven
+  is 142 units), not the memory and compute shares its instances book;
+* a task shape can use the slices that successive tasks of that shape would take: the
+  instances the fit gives them one after the other (the smallest profile that holds the
+  shape's memory and compute and has a free placement, at the start that blocks least; the
+  profile that spans the device for a whole-device shape) until none fits
+  (:meth:`~xpushare.scheduling.partitions.Geometry.stream`);
+* its fragment for the shape is the rest: all the free capacity when no instance fits
+  (the paper's rule), else what the shape's instances cannot reach. On an empty A100 a 4g
+  shape loses 3 of the 7 slices (one 4g instance per GPU); after a 1g instance at slice 0
+  it loses all 6 free slices (no 4g placement is left), after one at slice 6 only 2.
+
+Why not the paper's "none when one task fits" there: on a shared GPU the capacity left
+after a task is still a share any smaller task can take, while on a MIG GPU the geometry
+fixes which free slices a shape can ever use, and that is what tells a placement that
+blocks a larger profile from one that does not. Every other device is measured as above.
+
 Capacity is counted in thousandths of a device (:data:`~xpushare.scheduling.state.UNITS`).
 A task that uses no device (CPU only) can use none of it, so for it all free capacity
 counts; the term is the same for every node, which leaves decisions unchanged, as in the
@@ -40,7 +63,11 @@ from xpushare.scheduling.fit import (
 )
 from xpushare.scheduling.policy import Policy
 from xpushare.scheduling.state import (
+    SIG_GEOMETRY,
+    SIG_MEMORY,
+    SIG_OCCUPANCY,
     SIG_UNITS,
+    UNITS,
     DeviceState,
     DeviceTable,
     NodeState,
@@ -58,6 +85,7 @@ if TYPE_CHECKING:
 
     from xpushare.scheduling.fragarrays import VendorArrays
     from xpushare.scheduling.fragbatch import Growth
+    from xpushare.scheduling.partitions import Geometry, Occupancy
     from xpushare.scheduling.request import PodRequest
 
 log = logging.getLogger(__name__)
@@ -91,6 +119,8 @@ _EXP_LIMIT = 700.0
 
 #: A device table's state (see :meth:`DeviceTable.state_signature`).
 Signature = tuple[tuple[Any, ...], ...]
+#: A device state's (shape mask, devices in it, free units, stuck units per shape or None).
+Group = tuple[int, int, int, tuple[int, ...] | None]
 #: A state with its interned id (:func:`~xpushare.scheduling.state.intern_signature`).
 State = tuple[int, Signature]
 
@@ -146,6 +176,7 @@ class FragmentationMeter:
         #: pointers, not tuples of its own (2,048 vectors were ~12 MB as tuples each).
         self._fix_pool: dict[tuple[int, int, float], tuple[int, int, float]] = {}
         self._masks: dict[tuple[str, tuple[Any, ...]], int] = {}
+        self._stuck: dict[tuple[str, tuple[Any, ...]], tuple[int, ...]] = {}
         self._arrays: dict[str, VendorArrays] = {}
 
     def arrays(self, vendor: str) -> VendorArrays:
@@ -154,7 +185,40 @@ class FragmentationMeter:
         if found is None:
             from xpushare.scheduling.fragarrays import VendorArrays  # numpy: see BATCH_MIN
 
-            found = self._arrays[vendor] = VendorArrays(self.workload, vendor, self.host_mask)
+            found = self._arrays[vendor] = VendorArrays(
+                self.workload, vendor, self.host_mask, self.stuck_units
+            )
+        return found
+
+    def stuck_units(self, vendor: str, device: tuple[Any, ...]) -> tuple[int, ...] | None:
+        """Per shape, the free units of a partitioned device in state *device* that tasks of
+        the shape could not use (see the module docstring); ``None`` for other devices,
+        whose free units are all usable by a shape they can hold."""
+        if len(device) <= SIG_GEOMETRY:
+            return None
+        key = (vendor, device)
+        found = self._stuck.get(key)
+        if found is None:
+            mask = self.host_mask(vendor, device)
+            geometry: Geometry = device[SIG_GEOMETRY]
+            occ: Occupancy = device[SIG_OCCUPANCY]
+            units: int = device[SIG_UNITS]
+            free = geometry.free_compute(occ)
+            slices = geometry.compute_slices
+            out = []
+            for i, shape in enumerate(self.workload.shapes):
+                demand = shape.demand
+                if demand is None or not (mask >> i) & 1:
+                    out.append(units)
+                    continue
+                need = demand.memory_for(device[SIG_MEMORY])
+                whole = demand.exclusive or need >= device[SIG_MEMORY]
+                usable = geometry.stream(need, demand.compute, whole, occ)
+                out.append(UNITS * max(0, free - usable) // slices)
+            found = tuple(out)
+            if len(self._stuck) >= _MAX_MASKS:
+                self._stuck.clear()
+            self._stuck[key] = found
         return found
 
     def host_mask(self, vendor: str, device: tuple[Any, ...]) -> int:
@@ -172,11 +236,19 @@ class FragmentationMeter:
             self._masks[key] = mask
         return mask
 
-    def groups(self, vendor: str, sig: Signature) -> list[tuple[int, int, int]]:
-        """(shape mask, devices, free units of each) per distinct device state of *sig*."""
-        out: list[tuple[int, int, int]] = []
+    def groups(self, vendor: str, sig: Signature) -> list[Group]:
+        """(shape mask, devices, free units of each, :meth:`stuck_units`) per distinct
+        device state of *sig*."""
+        out: list[Group] = []
         for device, same in itertools.groupby(sig):
-            out.append((self.host_mask(vendor, device), len(list(same)), device[SIG_UNITS]))
+            out.append(
+                (
+                    self.host_mask(vendor, device),
+                    len(list(same)),
+                    device[SIG_UNITS],
+                    self.stuck_units(vendor, device),
+                )
+            )
         return out
 
     def vector(self, vendor: str, state: State) -> _Vector:
@@ -185,7 +257,7 @@ class FragmentationMeter:
         if vec is not None:
             return vec
         groups = self.groups(vendor, state[1])
-        total = sum(n * units for _, n, units in groups)
+        total = sum(n * units for _, n, units, _ in groups)
         ok_sum = 0.0
         fixes: list[tuple[int, int, float]] = []
         for i, (shape, w) in enumerate(zip(self.workload.shapes, self.workload.raw, strict=True)):
@@ -196,9 +268,11 @@ class FragmentationMeter:
             usable = 0
             stuck = 0
             bit = 1 << i
-            for mask, n, units in groups:
+            for mask, n, units, partial in groups:
                 if mask & bit:
                     usable += n
+                    if partial is not None:
+                        stuck += n * partial[i]
                 else:
                     stuck += n * units
             if usable < demand.count:
@@ -295,20 +369,26 @@ def table_state(table: DeviceTable) -> State:
 def sig_after(table: DeviceTable, picks: Sequence[Pick]) -> State:
     """The state *table* would be in with *picks* booked (the table is left as it was)."""
     touched: dict[int, DeviceState] = {}
-    for d, memory, compute, exclusive, _ in picks:
+    for d, memory, compute, exclusive, partition in picks:
         d.used_slots += 1
         d.used_memory += memory
         d.used_compute += compute
         d.exclusive += 1 if exclusive else 0
+        if partition is not None and d.geometry is not None:
+            d.partitions_used[partition] += 1
         touched[id(d)] = d
     try:
         new = {key: device_signature(d) for key, d in touched.items()}
     finally:
-        for d, memory, compute, exclusive, _ in picks:
+        for d, memory, compute, exclusive, partition in picks:
             d.used_slots -= 1
             d.used_memory -= memory
             d.used_compute -= compute
             d.exclusive -= 1 if exclusive else 0
+            if partition is not None and d.geometry is not None:
+                d.partitions_used[partition] -= 1
+                if d.partitions_used[partition] <= 0:
+                    del d.partitions_used[partition]
     sig = tuple(sorted(new.get(id(d)) or cached_signature(d) for d in table.devices))
     return (intern_signature(sig), sig)
 
