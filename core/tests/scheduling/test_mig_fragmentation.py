@@ -1,8 +1,8 @@
 """The fragmentation measure on dynamic MIG GPUs, against A100-80GB cases worked by hand.
 
 A MIG GPU's free capacity is its compute slices no instance takes (7 on an A100: one slice
-is 1000 // 7 = 142 units, k slices 1000 * k // 7); a task shape can use the slices that
-successive instances the fit would give it could take; the rest is its fragment.
+is 1000 // 7 = 142 units, k slices 1000 * k // 7); all of it is a task shape's fragment
+when the fit could give the shape no instance there, none of it when it could.
 
 The shapes (the smallest A100-80GB profile that holds each):
 ``t1`` 5,000 MiB 10 % -> 1g.10gb; ``t2`` 15,000 MiB 20 % -> 2g.20gb; ``t3`` 30,000 MiB
@@ -111,32 +111,30 @@ def frag(*slots: str, shapes: tuple[PodRequest, ...] = (T1, T4)) -> float:
     return FragmentationMeter(workload(*shapes)).node_frag(ledger.nodes["n"]) * len(shapes)
 
 
-def test_an_empty_a100_per_shape() -> None:
-    # 1000 free. 1g: seven instances use all 7 slices. 2g: three use 6 (142 left). 3g: two
-    # use 6 (142). 4g: one, at most one per GPU (428). 7g: all.
-    assert frag(shapes=(T1,)) == 0
-    assert frag(shapes=(T2,)) == units(1)
-    assert frag(shapes=(T3,)) == units(1)
-    assert frag(shapes=(T4,)) == units(3)
-    assert frag(shapes=(WHOLE,)) == 0
+def test_an_empty_a100_fits_every_shape_and_a_used_one_not_the_whole() -> None:
+    assert frag(shapes=(T1, T2, T3, T4, WHOLE)) == 0
+    # One 3g at 4: 4 slices free (571); the 4g fits at 0, the 7g not.
+    assert frag("3g.40gb@4", shapes=(T1, T2, T3, T4)) == 0
+    assert frag("3g.40gb@4", shapes=(WHOLE,)) == units(4)
 
 
 def test_a_1g_at_slice_0_blocks_the_4g_one_at_slice_6_does_not() -> None:
-    # 1g@6: 6 slices free (857); 1g tasks use them all, a 4g fits at 0 and leaves 2 (285).
+    # 1g@6: 6 slices free (857); a 1g fits, a 4g fits at 0: nothing lost.
     # 1g@0: no 4g or 7g fits any more: all 857 are lost to the 4g shape.
-    assert frag("1g.10gb@6") == units(2)
+    assert frag("1g.10gb@6") == 0
     assert frag("1g.10gb@0") == units(6)
-    assert frag("1g.10gb@0") > frag("1g.10gb@6")
 
 
 def test_3g_2g_combinations() -> None:
-    # 3g@4 + 2g@0 leave slices 2-3: a 2g there, or two 1g: nothing lost to either shape.
-    # 3g@0 + 2g@4 leave slices 6-7: one 1g at 6 (slice 7 has no 1g placement), no 2g.
+    # 3g@4 + 2g@0 leave slices 2-3: a 2g fits there, and a 1g: nothing lost.
+    # 3g@0 + 2g@4 leave slices 6-7 (2 compute slices, 285): a 1g at 6, but no 2g (its
+    # placements are 0, 2 and 4): 285 lost to the 2g shape.
     shapes = (T1, T2)
     assert frag("3g.40gb@4", "2g.20gb@0", shapes=shapes) == 0
-    assert frag("3g.40gb@0", "2g.20gb@4", shapes=shapes) == units(1) + units(2)
-    # A 1g then fills what is left: at 2 (or 3) it leaves a 1g place; at 6 after 3g@0 +
-    # 2g@4 it leaves slice 7, where nothing fits: 142 lost to both shapes.
+    assert frag("3g.40gb@0", "2g.20gb@4", shapes=shapes) == units(2)
+    # A 1g then: at 2 after 3g@4 + 2g@0 it leaves slice 3, where a 1g still fits (the 2g
+    # shape loses the 142); at 6 after 3g@0 + 2g@4 it leaves slice 7, which has no 1g
+    # placement: 142 lost to both shapes.
     assert frag("3g.40gb@4", "2g.20gb@0", "1g.10gb@2", shapes=shapes) == units(1)
     assert frag("3g.40gb@0", "2g.20gb@4", "1g.10gb@6", shapes=shapes) == 2 * units(1)
 
@@ -156,10 +154,10 @@ def test_free_shares_no_profile_can_use_are_not_capacity() -> None:
 
 
 def test_fgd_takes_the_node_where_the_instance_blocks_less() -> None:
-    # x: 3g@4 booked (slices 0-3 free: a 4g still fits). y: 4g@0 booked (slices 4-6).
-    # A 1g on x blocks the 4g: growth 0 -> 428. On y it goes to slice 6 (a 2g stays
-    # possible at 4): the 4g shape loses 285 instead of 428, growth -143. Shares alone
-    # (the measure before MIG geometry) saw both nodes able to take a 4g task on x and y.
+    # x: 3g@4 booked (slices 0-3 free: a 4g still fits). y: 4g@0 booked (slices 4-6 free,
+    # 428 lost to the 4g shape already). A 1g on x blocks the 4g: 0 -> 428 lost. On y it
+    # goes to slice 6 (a 2g stays possible at 4): 428 -> 285, growth -143. By shares alone
+    # (the measure without MIG geometry) a 4g task could still go on both before and after.
     for order in (("x", "y"), ("y", "x")):
         ledger = UsageLedger()
         for name in order:
@@ -176,14 +174,14 @@ def test_fgd_takes_the_node_where_the_instance_blocks_less() -> None:
         assert Placer(ledger, FgdCpuPolicy(workload(T1, T4))).select(T1) == "y"
 
 
-def test_the_cpu_aware_measure_counts_only_what_a_shape_can_use() -> None:
-    # Without CPU asked it is FGD's: 1g@6 leaves 285 to the 4g shape.
+def test_the_cpu_aware_measure_reads_the_same_geometry() -> None:
+    # Without CPU asked it is FGD's: 1g@0 leaves 857 to the 4g shape.
     ledger = UsageLedger()
     ledger.set_node("n", mig_gpus("n"), cpu_milli=64000)
-    book(ledger, "n", "1g.10gb@6")
+    book(ledger, "n", "1g.10gb@0")
     node = ledger.nodes["n"]
     w = workload(T1, T4)
-    assert HostAwareMeter(w).node_frag(node) == FragmentationMeter(w).node_frag(node)
+    assert HostAwareMeter(w).node_frag(node) == FragmentationMeter(w).node_frag(node) == 857 / 2
 
 
 def test_the_fit_gives_the_instance_the_geometry_chooses() -> None:

@@ -10,13 +10,14 @@ over all rows together.
 The model. For one vendor's device table and the workload's task shapes ``i`` (weight
 ``W[i]``, devices per task ``K[i]``, CPU and memory per task), every device signature ``a``
 (:func:`~xpushare.scheduling.state.device_signature`) has a row: ``H[a, i]`` is 1 when a
-device in that state could hold one part of shape ``i``, ``U[a]`` its free units. A table is
+device in that state could hold one part of shape ``i``, ``U[a]`` its free units. (A dynamic
+MIG GPU's signature holds its geometry and instances, so ``H`` and ``U`` are its geometry's
+answers: :mod:`~xpushare.scheduling.fragmentation`.) A table is
 a multiset of signatures, so its sums are sums of rows:
 
 * ``C[i]`` devices that could hold a part of shape ``i``: the sum of ``H``;
-* ``X[i]`` free units stuck for shape ``i``: the sum of ``(1 - H) U + H R``, where
-  ``R[a, i]`` is what the shape's instances cannot reach on a partitioned device (dynamic
-  MIG, see :mod:`~xpushare.scheduling.fragmentation`) that could hold one, 0 on others;
+* ``X[i]`` free units on devices that could not (stuck for shape ``i``): the sum of
+  ``(1 - H) U``;
 * ``T`` free units of the table: the sum of ``U``.
 
 Booking a device moves one count from its signature ``a`` to its booked signature ``a'``,
@@ -168,11 +169,10 @@ class VendorArrays:
         row = np.zeros(width + S)
         mask = self._host_mask(self.vendor, sig)
         units = sig[SIG_UNITS]
-        partial = self._stuck(self.vendor, sig) if self._stuck is not None else None
         for i in range(S):
             hosts = (mask >> i) & 1
             row[i] = hosts
-            row[S + i] = (partial[i] if partial is not None else 0) if hosts else units
+            row[S + i] = 0 if hosts else units
             d = self.shapes[i].demand
             if d is not None and self.shapes[i].vendor == self.vendor:
                 row[width + i] = d.count * demand_units(d, sig[1], sig[7], sig[8]) or UNITS

@@ -113,23 +113,17 @@ class HostAwareMeter(FragmentationMeter):
         if found is not None:
             return found
         groups = self.groups(vendor, state[1])
-        total = sum(n * units for _, n, units, _ in groups)
+        total = sum(n * units for _, n, units in groups)
         rows = []
         for i, (shape, w) in enumerate(zip(self.workload.shapes, self.workload.raw, strict=True)):
             d = shape.demand
             if d is None or shape.vendor != vendor:
                 continue
             bit = 1 << i
-            usable = sum(n for mask, n, _, _ in groups if mask & bit)
+            usable = sum(n for mask, n, _ in groups if mask & bit)
             if usable < d.count:
                 continue
-            # A partitioned device's units this shape cannot use (FGD's stuck) are not
-            # usable by copies of it either.
-            units = sum(
-                n * (u - partial[i] if partial is not None else u)
-                for mask, n, u, partial in groups
-                if mask & bit
-            )
+            units = sum(n * u for mask, n, u in groups if mask & bit)
             first = next(dev for dev in state[1] if self.host_mask(vendor, dev) & bit)
             per_task = d.count * demand_units(d, first[SIG_MEMORY], first[7], first[8])
             row = (w, shape.cpu_milli, shape.memory_mib, units, per_task or UNITS)

@@ -92,7 +92,6 @@ class Geometry:
     __slots__ = (
         "_choices",
         "_occupancies",
-        "_streams",
         "by_name",
         "compute_slices",
         "serial",
@@ -115,7 +114,6 @@ class Geometry:
         # geometry in the same state (the same booked names, the same request).
         self._occupancies: dict[tuple[str, ...], Occupancy] = {}
         self._choices: dict[tuple[Any, ...], tuple[Shape, int] | None] = {}
-        self._streams: dict[tuple[Any, ...], int] = {}
         self.serial = next(_serials)
 
     def __lt__(self, other: object) -> bool:
@@ -241,29 +239,6 @@ class Geometry:
                 return None
             return self.choose(0, 0, occ, named=self.whole.name)
         return self.choose(memory_mib, compute_percent, occ)
-
-    def stream(self, memory_mib: int, compute_percent: int, whole: bool, occ: Occupancy) -> int:
-        """Compute slices that successive requests of this size could take from *occ* on:
-        instances placed one after the other by :meth:`pick` until none fits.
-
-        What the fragmentation measures count as usable by a task shape on such a device
-        (:mod:`xpushare.scheduling.fragmentation`): on an empty A100 a 4g request can use
-        4 of the 7 slices (one 4g instance at most), a 3g request 6 (two), a 1g request 7.
-        """
-        key = (memory_mib, compute_percent, whole, occ)
-        found = self._streams.get(key)
-        if found is None:
-            found = 0
-            now = occ
-            # Each step takes at least one compute slice, so this ends within the device's.
-            while (placed := self.pick(memory_mib, compute_percent, whole, now)) is not None:
-                shape, start = placed
-                now = self.with_instance(now, shape, start)
-                found += shape.compute_slices
-            if len(self._streams) >= ANSWERS_LIMIT:
-                self._streams.clear()
-            self._streams[key] = found
-        return found
 
     def free_compute(self, occ: Occupancy) -> int:
         """Compute slices not taken by the instances of *occ* (none when it is broken)."""
