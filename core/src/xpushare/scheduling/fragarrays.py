@@ -10,10 +10,10 @@ over all rows together.
 The model. For one vendor's device table and the workload's task shapes ``i`` (weight
 ``W[i]``, devices per task ``K[i]``, CPU and memory per task), every device signature ``a``
 (:func:`~xpushare.scheduling.state.device_signature`) has a row: ``H[a, i]`` is 1 when a
-device in that state could hold one part of shape ``i``, ``U[a]`` its free units. (A dynamic
-MIG GPU's signature holds its geometry and instances, so ``H`` and ``U`` are its geometry's
-answers: :mod:`~xpushare.scheduling.fragmentation`.) A table is
-a multiset of signatures, so its sums are sums of rows:
+device in that state could hold one part of shape ``i``, ``U[a]`` its free units (a dynamic
+MIG GPU's signature holds its geometry and instances, so both are its geometry's answers:
+:mod:`~xpushare.scheduling.fragmentation`). A table is a multiset of signatures, so its
+sums are sums of rows:
 
 * ``C[i]`` devices that could hold a part of shape ``i``: the sum of ``H``;
 * ``X[i]`` free units on devices that could not (stuck for shape ``i``): the sum of
@@ -113,12 +113,9 @@ class VendorArrays:
     ``K = inf``: no device of this vendor serves them, so they see the whole table as stuck.
     """
 
-    def __init__(self, workload: Workload, vendor: str, host_mask: Any, stuck: Any = None) -> None:
+    def __init__(self, workload: Workload, vendor: str, host_mask: Any) -> None:
         self.vendor = vendor
         self._host_mask = host_mask  # (vendor, signature) -> bit i set when it hosts shape i
-        #: (vendor, signature) -> per shape the free units it cannot use, or None: all usable
-        #: by a shape it hosts (every device but a partitioned one).
-        self._stuck = stuck
         shapes = workload.shapes
         self.shapes = shapes
         self.S = len(shapes)

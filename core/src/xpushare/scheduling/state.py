@@ -364,7 +364,7 @@ def device_signature(d: DeviceState) -> tuple[Any, ...]:
     a partitioned device (dynamic MIG) its geometry and the occupancy of its instances in
     use: two MIG GPUs with the same shares booked but other layouts are not alike (a 1g at
     slice 0 blocks a 4g, one at slice 6 does not). That adds no unbounded dimension: a
-    geometry has finitely many layouts (an A100 some hundreds), and signatures live in the
+    geometry has finitely many layouts (an A100-80GB 1,109), and signatures live in the
     bounded stores of the measures. Other devices' signatures are as they were.
     """
     if d.geometry is not None:
