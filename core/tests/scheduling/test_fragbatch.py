@@ -20,10 +20,11 @@ from xpushare.models import (
     PodAssignment,
 )
 from xpushare.scheduling import FragmentationPolicy, PodRequest, UsageLedger, Workload
-from xpushare.scheduling.fit import check_device, sig_can_host
+from xpushare.scheduling.fit import check_device, sig_booked, sig_can_host
 from xpushare.scheduling.fragbatch import batch_demand, search
 from xpushare.scheduling.fragmentation import BATCH_MIN
 from xpushare.scheduling.hostaware import FgdCpuPolicy
+from xpushare.scheduling.partitions import geometry_of, slot_name
 from xpushare.scheduling.request import Demand
 from xpushare.scheduling.state import (
     DeviceState,
@@ -32,15 +33,85 @@ from xpushare.scheduling.state import (
     cached_signature,
     device_signature,
 )
+from xpushare.testing.partitions import A100_80GB, profiles
 
 MODELS = ("A100", "T4", "V100")
+P80 = profiles(A100_80GB)
 
 
-def random_fleet(rng: random.Random, nodes: int, uniform: bool) -> UsageLedger:
+def mig_devices(rng: random.Random, name: str) -> list[Device]:
+    """A100-80GBs in dynamic MIG mode; some nodes also have a shared GPU of the vendor."""
+    devices = [
+        Device(
+            vendor="acme",
+            id=f"{name}-{i}",
+            index=i,
+            model="A100-SXM4-80GB",
+            memory_mib=81920,
+            share_slots=7,
+            healthy=rng.random() > 0.05,
+            numa_node=i % 2,
+            mode="mig",
+            partitions=P80,
+        )
+        for i in range(rng.choice((1, 2, 4, 8)))
+    ]
+    if rng.random() < 0.2:
+        devices.append(
+            Device(vendor="acme", id=f"{name}-s", index=9, model="A100", memory_mib=81920)
+        )
+    return devices
+
+
+def random_layout(rng: random.Random, d: Device) -> list[DeviceSlice]:
+    """Instances at random free placements (not only where the fit would put them: a 1g at
+    slice 0 is a layout a GPU can be left in), as the fit books them."""
+    geometry = geometry_of(d.partitions)
+    assert geometry is not None
+    booked: list[str] = []
+    out: list[DeviceSlice] = []
+    for _ in range(rng.choice((0, 1, 2, 3, 5, 7))):
+        occ = geometry.occupancy(booked)
+        options = [(s, start) for s in geometry.shapes for start in geometry.free_starts(s, occ)]
+        if not options:
+            break
+        shape, start = rng.choice(options)
+        booked.append(slot_name(shape.name, start))
+        out.append(
+            DeviceSlice(
+                device_id=d.id,
+                memory_mib=shape.memory_mib,
+                compute_percent=shape.compute_percent,
+                partition=booked[-1],
+            )
+        )
+    return out
+
+
+def random_fleet(rng: random.Random, nodes: int, uniform: bool, mig: bool = False) -> UsageLedger:
+    """A random fleet; with *mig*, half the nodes have GPUs in dynamic MIG mode."""
     ledger = UsageLedger()
     for n in range(nodes):
         name = f"n{n}"
         model = rng.choice(MODELS)
+        if mig and rng.random() < 0.5:
+            devices = mig_devices(rng, name)
+            ledger.set_node(
+                name, devices, cpu_milli=rng.choice((None, 16000, 64000)), memory_mib=None
+            )
+            containers = [
+                ContainerAssignment(container=f"c{d.index}-{k}", vendor="acme", devices=(s,))
+                for d in devices
+                if d.mode == "mig" and d.healthy
+                for k, s in enumerate(random_layout(rng, d))
+            ]
+            if containers:
+                ledger.add(
+                    f"p/{name}",
+                    PodAssignment(node=name, containers=tuple(containers)),
+                    cpu_milli=rng.choice((0, 4000, 12000)),
+                )
+            continue
         devices = [
             Device(
                 vendor="acme",
@@ -138,12 +209,23 @@ def scalar_answer(
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("policy_class", [FragmentationPolicy, FgdCpuPolicy])
 def test_batch_and_scalar_searches_agree_exactly(seed: int, policy_class: type) -> None:
+    _agree(seed, policy_class, mig=False)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("policy_class", [FragmentationPolicy, FgdCpuPolicy])
+def test_batch_and_scalar_searches_agree_exactly_on_mig_gpus(seed: int, policy_class: type) -> None:
+    """The same, on fleets where half the nodes have dynamic MIG GPUs in random layouts."""
+    _agree(seed, policy_class, mig=True)
+
+
+def _agree(seed: int, policy_class: type, mig: bool) -> None:
     rng = random.Random(seed)
-    ledger = random_fleet(rng, 40, uniform=seed % 3 != 0)
+    ledger = random_fleet(rng, 40, uniform=seed % 3 != 0, mig=mig)
     workload = Workload.from_requests([random_pod(rng) for _ in range(200)], coverage=1.0)
     policy = policy_class(workload)
     nodes = list(ledger.nodes.values())
-    compared = 0
+    compared = on_mig = 0
     for i in range(25):
         request = random_pod(rng)
         demand = batch_demand(request)
@@ -168,14 +250,24 @@ def test_batch_and_scalar_searches_agree_exactly(seed: int, policy_class: type) 
             if isinstance(policy, FgdCpuPolicy):
                 assert g.tie == tie, (node.name, request.describe())
             compared += 1
+            on_mig += any(d.geometry is not None for d in node.tables["acme"].devices)
     assert compared > 50
+    assert on_mig > 50 if mig else on_mig == 0
 
 
 def test_the_policy_answers_alike_through_either_path() -> None:
     """score_many (arrays for the unmeasured nodes) and score (one by one) give equal keys:
     FGD's growth, the CPU-aware growth and best-fit."""
+    _alike(mig=False)
+
+
+def test_the_policy_answers_alike_through_either_path_on_mig_gpus() -> None:
+    _alike(mig=True)
+
+
+def _alike(mig: bool) -> None:
     rng = random.Random(99)
-    ledger = random_fleet(rng, 60, uniform=True)
+    ledger = random_fleet(rng, 60, uniform=True, mig=mig)
     workload = Workload.from_requests([random_pod(rng) for _ in range(200)])
     many, one = FgdCpuPolicy(workload), FgdCpuPolicy(workload)
     nodes = list(ledger.nodes.values())
@@ -221,3 +313,49 @@ def test_a_signature_alone_decides_fit_and_the_booked_state(seed: int) -> None:
                     d.used_memory -= pick[1]
                     d.used_compute -= pick[2]
                     d.exclusive -= 1 if pick[3] else 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_mig_signature_alone_decides_fit_and_the_booked_instance(seed: int) -> None:
+    """On MIG GPUs: sig_can_host is check_device's answer, and sig_booked the signature of
+    the device with the instance check_device chose booked."""
+    rng = random.Random(seed)
+    ledger = random_fleet(rng, 30, uniform=False, mig=True)
+    devices = [
+        d
+        for n in ledger.nodes.values()
+        for t in n.tables.values()
+        for d in t.devices
+        if d.geometry is not None
+    ]
+    assert len(devices) > 20
+    seen = set()
+    for _ in range(40):
+        request = random_pod(rng)
+        if not request.demands:
+            continue
+        demand: Demand = request.demands[0]
+        for d in devices:
+            pick = check_device(d, demand, None)
+            sig = cached_signature(d)
+            assert sig_can_host(sig, demand) == (type(pick) is tuple)
+            booked = sig_booked(sig, demand)
+            assert (booked is None) == (type(pick) is not tuple)
+            if type(pick) is tuple:
+                slot = pick[4]
+                assert slot is not None
+                seen.add(slot.split("@")[0])
+                d.used_slots += 1
+                d.used_memory += pick[1]
+                d.used_compute += pick[2]
+                d.partitions_used[slot] += 1
+                try:
+                    assert booked == device_signature(d)
+                finally:
+                    d.used_slots -= 1
+                    d.used_memory -= pick[1]
+                    d.used_compute -= pick[2]
+                    d.partitions_used[slot] -= 1
+                    if not d.partitions_used[slot]:
+                        del d.partitions_used[slot]
+    assert len(seen) >= 3  # several profiles chosen, not only the smallest

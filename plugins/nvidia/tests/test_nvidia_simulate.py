@@ -30,3 +30,19 @@ def test_hami_core_shares_what_mig_must_round_up() -> None:
 def test_a_model_without_a_geometry_is_refused() -> None:
     with pytest.raises(ValueError, match="no MIG geometry for GPU model"):
         run(("T4",))
+
+
+def test_a_mig_gpu_counts_its_free_slices_not_its_free_shares() -> None:
+    # Six tenth-of-a-GPU tasks on one A100 (arrivals stop at 60 %). HAMi-core: 400 units
+    # free, all usable by the 10 % shape. MIG: six 1g instances leave one compute slice
+    # (1000 // 7 = 142 units, not the 220 their rounded shares leave), and a seventh 1g
+    # fits there: none fragmented.
+    tasks = [TaskSpec(name=f"t{i}", cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=100)
+             for i in range(6)]  # fmt: skip
+    host = PluginHost.from_environment()
+    for mig, free in (((), 0.4), (("A100",), 0.142)):
+        sim = Simulation([A100], tasks, host=host, inflation=0.6, target=0.6, mig_models=mig)
+        result = sim.run("fgd-cpu", seed=1)
+        assert result.tasks_placed == 6
+        assert result.free_gpus == pytest.approx(free)
+        assert result.fragmentation_gpus == 0

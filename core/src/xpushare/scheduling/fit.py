@@ -11,6 +11,12 @@ used device, partition profile, memory (MiB or percent, over-commit applied), co
   because of how devices happened to be sorted;
 * a percent of memory is a percent of the physical device, not of the over-committed size.
 
+A device whose profiles carry placements (dynamic MIG) gives a request that names no
+profile the instance a vendor's fit would create (:func:`instance_for`, the NVIDIA fit's
+rule), booked as ``"<profile>@<start>"``: the placement policies and the fragmentation
+measures then weigh the layout that would really be made. (A vendor with such devices
+decides with its own fit; this default is what the policies measure with.)
+
 Every rejected device is counted under the first check it failed, so a user reading
 ``xpushare fit`` or a pod event learns why each device was skipped.
 """
@@ -29,17 +35,22 @@ from xpushare.models import (
     FitResult,
     NodeView,
 )
+from xpushare.scheduling.partitions import Geometry, Occupancy, Shape, slot_name
 from xpushare.scheduling.request import Demand, PodRequest
 from xpushare.scheduling.state import (
     SIG_FREE_COMPUTE,
     SIG_FREE_MEMORY,
+    SIG_GEOMETRY,
     SIG_MEMORY,
     SIG_MODEL,
+    SIG_OCCUPANCY,
     SIG_USABLE,
     SIG_WHOLE,
     DeviceState,
     DeviceTable,
     NodeState,
+    booked_partition_signature,
+    booked_signature,
 )
 
 #: One device given to one container: (device, MiB, compute percent, exclusive, partition).
@@ -129,6 +140,13 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
         return FitReason.EXCLUSIVE_CONFLICT
     compute = demand.compute
     partition = demand.partition
+    geometry = d.geometry
+    if geometry is not None and partition is None:
+        placed = instance_for(geometry, _occupancy(d, geometry, extra), demand, d.memory_mib)
+        if placed is None:
+            return FitReason.PARTITION_UNAVAILABLE
+        shape, start = placed
+        return (d, shape.memory_mib, shape.compute_percent, False, slot_name(shape.name, start))
     if partition is not None:
         profile = d.partitions.get(partition)
         in_use = d.partitions_used.get(partition, 0)
@@ -148,6 +166,44 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
     return (d, need, compute, demand.exclusive, partition)
 
 
+def instance_for(
+    geometry: Geometry, occ: Occupancy, demand: Demand, physical_mib: int
+) -> tuple[Shape, int] | None:
+    """The instance a dynamically partitioned device (dynamic MIG) gives *demand* (which
+    names no profile): the whole-device profile for an exclusive demand or one asking all
+    the memory, else the smallest that holds its memory and compute, at the start that
+    blocks least (:meth:`Geometry.pick`, the NVIDIA fit's rule)."""
+    need = demand.memory_for(physical_mib)
+    whole = demand.exclusive or need >= physical_mib
+    return geometry.pick(need, demand.compute, whole, occ)
+
+
+def _occupancy(d: DeviceState, geometry: Geometry, extra: Extra | None) -> Occupancy:
+    """The instances in use on *d*, with those the pod's earlier containers took there."""
+    if not extra:
+        return d.occupancy()
+    prefix = f"{d.id}\0"
+    names = list(d.partitions_used.elements())
+    for key, booked in extra.items():
+        if key.startswith(prefix):
+            names.extend([key[len(prefix) :]] * booked[0])
+    return geometry.occupancy(names)
+
+
+def sig_booked(sig: tuple[Any, ...], demand: Demand) -> tuple[Any, ...] | None:
+    """The signature a device in state *sig* would have with one part of *demand* booked
+    as :func:`check_device` books it, or ``None`` if it cannot hold one (for the demands
+    :func:`sig_can_host` decides)."""
+    if not sig_can_host(sig, demand):
+        return None
+    if len(sig) > SIG_GEOMETRY:
+        placed = instance_for(sig[SIG_GEOMETRY], sig[SIG_OCCUPANCY], demand, sig[SIG_MEMORY])
+        assert placed is not None  # sig_can_host said so
+        return booked_partition_signature(sig, *placed)
+    need = demand.memory_for(sig[SIG_MEMORY])
+    return booked_signature(sig, need, demand.compute, demand.exclusive)
+
+
 def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
     """Whether a device in state *sig* could hold one part of *demand*.
 
@@ -165,6 +221,9 @@ def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
         return False
     if demand.partition is not None:
         return False
+    if len(sig) > SIG_GEOMETRY:
+        occ: Occupancy = sig[SIG_OCCUPANCY]
+        return instance_for(sig[SIG_GEOMETRY], occ, demand, sig[SIG_MEMORY]) is not None
     if sig[SIG_FREE_MEMORY] < demand.memory_for(sig[SIG_MEMORY]):
         return False
     free_compute: int = sig[SIG_FREE_COMPUTE]

@@ -10,8 +10,10 @@ over all rows together.
 The model. For one vendor's device table and the workload's task shapes ``i`` (weight
 ``W[i]``, devices per task ``K[i]``, CPU and memory per task), every device signature ``a``
 (:func:`~xpushare.scheduling.state.device_signature`) has a row: ``H[a, i]`` is 1 when a
-device in that state could hold one part of shape ``i``, ``U[a]`` its free units. A table is
-a multiset of signatures, so its sums are sums of rows:
+device in that state could hold one part of shape ``i``, ``U[a]`` its free units (a dynamic
+MIG GPU's signature holds its geometry and instances, so both are its geometry's answers:
+:mod:`~xpushare.scheduling.fragmentation`). A table is a multiset of signatures, so its
+sums are sums of rows:
 
 * ``C[i]`` devices that could hold a part of shape ``i``: the sum of ``H``;
 * ``X[i]`` free units on devices that could not (stuck for shape ``i``): the sum of
@@ -41,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xpushare.scheduling.fit import sig_can_host
-from xpushare.scheduling.state import SIG_MEMORY, SIG_UNITS, UNITS, booked_signature
+from xpushare.scheduling.fit import sig_booked
+from xpushare.scheduling.state import SIG_UNITS, UNITS
 from xpushare.scheduling.units import demand_units
 
 if TYPE_CHECKING:
@@ -221,13 +223,8 @@ class VendorArrays:
         if unknown.any():
             keys = self._sigs.keys
             for row in sorted(set(rows[unknown].tolist())):  # (np.unique imports numpy.ma)
-                sig = keys[row]
-                if sig_can_host(sig, demand):
-                    need = demand.memory_for(sig[SIG_MEMORY])
-                    after = booked_signature(sig, need, demand.compute, demand.exclusive)
-                    booked_row = self.sig(after)
-                else:
-                    booked_row = UNFIT
+                after = sig_booked(keys[row], demand)
+                booked_row = UNFIT if after is None else self.sig(after)
                 if booked_row >= len(booked):  # the store grew: so does the map
                     grown = np.full(2 * booked_row + 1, UNKNOWN, dtype=np.intp)
                     grown[: len(booked)] = booked

@@ -18,6 +18,7 @@ integer operations per device, not a decode.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -52,13 +53,16 @@ class Shape:
     masks: tuple[int, ...]  # one per start: the slices an instance there occupies
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class Occupancy:
     """What is booked on one device: the slices taken, compute slices taken, per-profile count.
 
     ``broken`` names a booked entry that the geometry cannot place (an unknown profile or
     start, or an overlap): the device is then treated as full, since what it holds is not
     known, which can refuse a fit but never double-books slices.
+
+    Ordered (by its fields) because it is part of a device's signature, and signatures are
+    sorted (:func:`~xpushare.scheduling.state.device_signature`).
     """
 
     mask: int = 0
@@ -73,14 +77,24 @@ class Occupancy:
         return 0
 
 
+_serials = itertools.count()
+
+
 class Geometry:
-    """The partition geometry of one device model, decoded from its published profiles."""
+    """The partition geometry of one device model, decoded from its published profiles.
+
+    Equal by identity (every device with the same profiles shares one object, see
+    :func:`geometry_of`) and ordered by when it was decoded: it is part of a device's
+    signature, which is sorted, and decoding follows the inventory's order, so the order of
+    signatures is the same in every run.
+    """
 
     __slots__ = (
         "_choices",
         "_occupancies",
         "by_name",
         "compute_slices",
+        "serial",
         "shapes",
         "slices",
         "whole",
@@ -100,6 +114,17 @@ class Geometry:
         # geometry in the same state (the same booked names, the same request).
         self._occupancies: dict[tuple[str, ...], Occupancy] = {}
         self._choices: dict[tuple[Any, ...], tuple[Shape, int] | None] = {}
+        self.serial = next(_serials)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Geometry):
+            return NotImplemented
+        return self.serial < other.serial
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Geometry):
+            return NotImplemented
+        return self.serial > other.serial
 
     # -- booked names -----------------------------------------------------------------
 
@@ -198,6 +223,26 @@ class Geometry:
             if start is not None:
                 return shape, start
         return None
+
+    def pick(
+        self, memory_mib: int, compute_percent: int, whole: bool, occ: Occupancy
+    ) -> tuple[Shape, int] | None:
+        """The instance the fit gives a request that names no profile: for the whole device
+        (exclusive, or all its memory) the profile that spans it, else :meth:`choose`.
+
+        The rule of the NVIDIA plugin's dynamic MIG fit (``_mig_instances_for``, HAMi's MIG
+        mode: research/hami-protocol.md §5.2); the core's default fit and the fragmentation
+        measures use it so that they see the instance the fit would create.
+        """
+        if whole:
+            if self.whole is None:
+                return None
+            return self.choose(0, 0, occ, named=self.whole.name)
+        return self.choose(memory_mib, compute_percent, occ)
+
+    def free_compute(self, occ: Occupancy) -> int:
+        """Compute slices not taken by the instances of *occ* (none when it is broken)."""
+        return max(0, self.compute_slices - occ.compute)
 
     def with_instance(self, occ: Occupancy, shape: Shape, start: int) -> Occupancy:
         counts = dict(occ.counts)

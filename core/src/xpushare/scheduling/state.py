@@ -16,10 +16,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xpushare.models import Device, DeviceUsage
+from xpushare.scheduling.partitions import Geometry, Occupancy, Shape, geometry_of
 
 #: Device capacity is measured in thousandths of a device for fragmentation and scoring, the
 #: unit of the openb trace's ``gpu_milli`` (FGD, USENIX ATC'23).
 UNITS = 1000
+
+
+def partition_units(geometry: Geometry, occ: Occupancy) -> int:
+    """Free units of a partitioned device: its compute slices no instance takes.
+
+    Compute slices, not the memory and compute the instances' profiles book: the profiles'
+    shares are rounded (seven 1g instances of an A100 book 91 % of its compute and leave no
+    slice), and memory slices without a compute slice are no capacity a task could run on.
+    """
+    slices = geometry.compute_slices
+    return UNITS * geometry.free_compute(occ) // slices if slices > 0 else 0
 
 
 def units_left(memory_cap: int, free_memory: int, compute_cap: int, free_compute: int) -> int:
@@ -54,6 +66,10 @@ class DeviceState:
     #: Taken out of new allocations by the node's ``hami.io/device-cordon`` (then also
     #: unhealthy, so every summary leaves it out); kept to say why.
     cordoned: bool = False
+    #: The partition geometry of a device whose instances are created per container
+    #: (dynamic MIG: profiles with placements), else ``None``. Its instances in use are the
+    #: ``"<profile>@<start>"`` names of ``partitions_used``.
+    geometry: Geometry | None = None
 
     @classmethod
     def from_device(
@@ -79,6 +95,7 @@ class DeviceState:
                 p.name: (p.memory_mib, p.compute_percent, p.max_count) for p in device.partitions
             },
             cordoned=cordoned,
+            geometry=geometry_of(device.partitions) if device.partitions else None,
         )
 
     @property
@@ -86,15 +103,23 @@ class DeviceState:
         """Whether a new container could be put here at all (health, exclusivity, slots)."""
         return self.healthy and not self.exclusive and self.used_slots < self.slots
 
+    def occupancy(self) -> Occupancy:
+        """What the instances in use take of a partitioned device (:attr:`geometry`)."""
+        assert self.geometry is not None
+        return self.geometry.occupancy(self.partitions_used.elements())
+
     def free_units(self) -> int:
         """Free capacity in thousandths of the device: the scarcer of memory and compute.
 
         An unhealthy device has none (it is not capacity); a device whose share slots are all
         taken or that is held exclusively keeps its leftover, which nobody can use: that is
-        exactly what the fragmentation measure counts.
+        exactly what the fragmentation measure counts. A partitioned device (dynamic MIG)
+        counts its compute slices that no instance takes (:func:`partition_units`).
         """
         if not self.healthy:
             return 0
+        if self.geometry is not None:
+            return partition_units(self.geometry, self.occupancy())
         return units_left(
             self.memory_cap,
             self.memory_cap - self.used_memory,
@@ -327,14 +352,27 @@ def intern_signature(sig: tuple[Any, ...]) -> int:
 SIG_MODEL, SIG_MEMORY, SIG_FREE_MEMORY, SIG_FREE_COMPUTE, SIG_WHOLE, SIG_USABLE, SIG_UNITS = range(
     7
 )
+#: Positions of a partitioned device's geometry and occupancy (absent for other devices).
+SIG_GEOMETRY, SIG_OCCUPANCY = 12, 13
 
 
 def device_signature(d: DeviceState) -> tuple[Any, ...]:
     """What decides whether a request fits one device, and how much of it is free.
 
     (model, physical MiB, free MiB, free compute, entirely free, usable, free units,
-    memory capacity, compute capacity, NUMA node, share slots in use, share slots).
+    memory capacity, compute capacity, NUMA node, share slots in use, share slots), and for
+    a partitioned device (dynamic MIG) its geometry and the occupancy of its instances in
+    use: two MIG GPUs with the same shares booked but other layouts are not alike (a 1g at
+    slice 0 blocks a 4g, one at slice 6 does not). That adds no unbounded dimension: a
+    geometry has finitely many layouts (an A100-80GB 1,109), and signatures live in the
+    bounded stores of the measures. Other devices' signatures are as they were.
     """
+    if d.geometry is not None:
+        return (*_shared_signature(d), d.geometry, d.occupancy())
+    return _shared_signature(d)
+
+
+def _shared_signature(d: DeviceState) -> tuple[Any, ...]:
     return (
         d.model_key,
         d.memory_mib,
@@ -375,6 +413,31 @@ def booked_signature(
         sig[9],
         used_slots,
         sig[11],
+    )
+
+
+def booked_partition_signature(sig: tuple[Any, ...], shape: Shape, start: int) -> tuple[Any, ...]:
+    """The signature of a partitioned device in state *sig* (usable) with one more instance
+    of *shape* at *start*, booked as the fit books it (the profile's memory and compute, not
+    exclusive). Equal to :func:`device_signature` after booking (a test holds them)."""
+    geometry: Geometry = sig[SIG_GEOMETRY]
+    occ = geometry.with_instance(sig[SIG_OCCUPANCY], shape, start)
+    used_slots = sig[10] + 1
+    return (
+        sig[SIG_MODEL],
+        sig[SIG_MEMORY],
+        sig[SIG_FREE_MEMORY] - shape.memory_mib,
+        sig[SIG_FREE_COMPUTE] - shape.compute_percent,
+        False,
+        used_slots < sig[11],
+        partition_units(geometry, occ),
+        sig[7],
+        sig[8],
+        sig[9],
+        used_slots,
+        sig[11],
+        geometry,
+        occ,
     )
 
 
