@@ -329,3 +329,19 @@ def test_a_creation_hgml_refuses_fails_the_allocate_and_leaves_no_record(
     assert fake.gis() == [] and not list((tmp_path / "journal").glob("*.json"))
     with pytest.raises(Exception, match=r"offers no MIG instance 4g.48gb@2"):
         handle.allocate(_alloc(devices, "4g.48gb@2"))  # not a legal start
+
+
+def test_a_release_before_detection_keeps_the_record_and_is_retried(
+    mig: Any, fake: Fake, tmp_path: Path
+) -> None:
+    first = mig()
+    request = _alloc(first.detect(), "2g.24gb@0")
+    first.allocate(request)
+    first.shutdown()
+    second = mig()  # restarted: its release ledger may call release before it detects
+    with pytest.raises(Exception, match=r"not detected yet \(retried later\)"):
+        second.release(_release(request))
+    assert len(fake.gis()) == 1 and list((tmp_path / "journal").glob("*.json"))
+    second.detect()
+    second.release(_release(request))
+    assert fake.gis() == []

@@ -230,10 +230,11 @@ def release(hgml: Hgml | None, config: TheadConfig, request: ReleaseRequest) -> 
         entries = journal.read(name)
         if not entries:
             continue
-        if hgml is None:
+        if hgml is None or not hgml.geometry:
+            # Not loaded, or not detected yet: what the records name cannot be checked.
             raise RuntimeError(
                 f"vendor thead: MIG instances of pod {request.pod} cannot be destroyed: HGML is "
-                "not loaded (retried later)"
+                "not loaded or the PPUs are not detected yet (retried later)"
             )
         left = []
         for entry in entries:
