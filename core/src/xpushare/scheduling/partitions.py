@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from xpushare.models import PartitionProfile
+from xpushare.models import DeviceSlice, PartitionProfile
 from xpushare.models.device import MAX_SLICES
 
 #: Separator between a profile and the slice its instance starts at, in booked names.
@@ -277,6 +277,41 @@ class Geometry:
         if self.compute_slices <= 0:
             return 0.0
         return self.room(occ)[0] / self.compute_slices
+
+
+def place_instances(
+    geometry: Geometry,
+    device_id: str,
+    index: int,
+    in_use: Iterable[str],
+    count: int,
+    memory_mib: int,
+    compute_percent: int,
+    named: str | None = None,
+) -> list[DeviceSlice]:
+    """Up to *count* new instances on one device of *geometry* holding *in_use*, each the
+    profile *named* (else the smallest holding *memory_mib* and *compute_percent*: a named
+    profile is taken whatever its compute) where it blocks least, booked as
+    ``"<profile>@<start>"``. Shared by every vendor that creates instances at Allocate."""
+    occ = geometry.occupancy(in_use)
+    out: list[DeviceSlice] = []
+    compute = 0 if named is not None else compute_percent
+    while len(out) < count:
+        chosen = geometry.choose(memory_mib, compute, occ, named=named)
+        if chosen is None:
+            break
+        shape, start = chosen
+        occ = geometry.with_instance(occ, shape, start)
+        out.append(
+            DeviceSlice(
+                device_id=device_id,
+                index=index,
+                memory_mib=shape.memory_mib,
+                compute_percent=shape.compute_percent,
+                partition=slot_name(shape.name, start),
+            )
+        )
+    return out
 
 
 def slot_name(profile: str, start: int) -> str:

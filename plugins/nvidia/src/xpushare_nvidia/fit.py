@@ -52,7 +52,7 @@ from xpushare.models import (
     FitResult,
     NodeView,
 )
-from xpushare.scheduling.partitions import Geometry, geometry_of, slot_name
+from xpushare.scheduling.partitions import Geometry, geometry_of, place_instances
 from xpushare_nvidia import modes, topology
 from xpushare_nvidia.mig import MIG_MODE
 
@@ -306,25 +306,16 @@ def _place(
     named: str | None = None,
 ) -> list[DeviceSlice]:
     """Up to *count* new instances on a dynamic MIG GPU, each where it blocks least."""
-    occ = geometry.occupancy(used.partitions_in_use)
-    out: list[DeviceSlice] = []
-    compute = 0 if named is not None else request.compute_percent
-    while len(out) < count:
-        chosen = geometry.choose(need_mib, compute, occ, named=named)
-        if chosen is None:
-            break
-        shape, start = chosen
-        occ = geometry.with_instance(occ, shape, start)
-        out.append(
-            DeviceSlice(
-                device_id=device.id,
-                index=device.index,
-                memory_mib=shape.memory_mib,
-                compute_percent=shape.compute_percent,
-                partition=slot_name(shape.name, start),
-            )
-        )
-    return out
+    return place_instances(
+        geometry,
+        device.id,
+        device.index,
+        used.partitions_in_use,
+        count,
+        need_mib,
+        request.compute_percent,
+        named,
+    )
 
 
 def _choose(

@@ -46,7 +46,7 @@ class FakeEfsmi:
         if not new:
             return
         directory.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_EFSMI}" "$@"\n')
+        self.path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_EFSMI}" "$@"\n')
         self.path.chmod(0o755)
         # HAMi's test vectors' S60 profiles (ids 0-2) on GCUs of 6 slices.
         self.save(
@@ -79,3 +79,10 @@ class FakeEfsmi:
     def calls(self) -> list[list[str]]:
         calls: list[list[str]] = self.state().get("calls", [])
         return calls
+
+    def forget_calls(self) -> None:
+        """Start the call log afresh (e.g. after detection has read the profiles)."""
+        self.save({**self.state(), "calls": []})
+
+    def update(self, **changes: Any) -> None:
+        self.save({**self.state(), **changes})

@@ -68,6 +68,7 @@ def test_allocate_cuts_an_instance_of_the_profile_as_enflames_plugin_does(
     table: Any, enflame: Any, efsmi: FakeEfsmi, tmp_path: Path
 ) -> None:
     handle, devices = _drs(enflame)
+    efsmi.forget_calls()  # detection listed the profiles
     result = handle.allocate(_alloc(devices, 2, "3g.20gb"))
     [made] = efsmi.instances(2)
     assert made["profile"] == "3g.20gb" and efsmi.drs_on(2)

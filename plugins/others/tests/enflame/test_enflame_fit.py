@@ -29,7 +29,7 @@ from xpushare.plugins import VendorHandle
 from xpushare.testing.hosts import vendor_host
 from xpushare_others.enflame import plugin
 from xpushare_others.enflame.config import EnflameConfig
-from xpushare_others.enflame.detect import drs_layout
+from xpushare_others.enflame.profiles import settings_layout
 
 GCU = "enflame.com/gcu"
 DRS = "enflame.com/drs-gcu"
@@ -39,7 +39,8 @@ ENV = "XPUSHARE_ENFLAME_DRS_REQUEST"
 
 
 def _node(count: int = 2, healthy: tuple[bool, ...] = (), **config: Any) -> NodeView:
-    slices, parts, ids, memory = drs_layout(EnflameConfig(mode="drs", **config))
+    drs = settings_layout(EnflameConfig(mode="drs", **config))
+    slices, parts, ids, memory = drs.slices, drs.partitions, drs.ids, drs.memory_mib
     devices = tuple(
         Device(
             vendor="enflame-drs",

@@ -3,13 +3,18 @@
 Why a command and not EFML: EFML publishes no DRS call; Enflame's gcushare device plugin
 creates and destroys a GCU's DRS instances by running ``efsmi`` (``-i <index> --drs on``,
 ``--drs --create-instance <profile id>``, ``-L``, ``--drs --destroy-instance <instance id>``,
-``--drs off``), and so does this module, with the same arguments. The command runs without a
+``--drs off``) and reads the profiles a GCU offers (``-i <index> --drs --list-profile``), and
+so does this module, with the same arguments. The command runs without a
 shell (argv only), under a time limit, and at most :data:`MAX_OUTPUT` bytes of what it prints
 are read: efsmi is the node's, but its output is still parsed as untrusted text.
 
 Output rows are located as Enflame's plugin locates them: a line holding a profile name
 (``<slices>g.<memory>gb``); the table's ``|`` borders are dropped and the fields read around
-that name (``-L``: GCU index, profile, instance id, instance UUID).
+that name (``-L``: GCU index, profile, instance id, instance UUID; ``--list-profile``: a
+first column, profile, profile id, how many instances of it the GCU holds, memory, SIPs, as
+Enflame's ``ListProfile`` reads them). A profile listing is a GCU's whole offer, so unlike the
+instance listing it is refused, not cut short, when it is larger than :data:`MAX_LISTING` or
+holds a profile row that does not parse.
 """
 
 from __future__ import annotations
@@ -31,10 +36,21 @@ MAX_ROWS: Final = 256
 _PROFILE: Final = re.compile(r"^[0-9]{1,4}g\.[0-9]{1,6}gb$")
 _INSTANCE_ID: Final = re.compile(r"^[0-9]{1,9}$")
 _UUID: Final = re.compile(r"^[0-9A-Za-z][0-9A-Za-z-]{0,63}$")
+#: Most bytes of one profile listing: a handful of rows of a few dozen characters each; 64 KiB
+#: is hundreds of times that, and anything larger is not efsmi's table.
+MAX_LISTING: Final = 64 << 10
+#: Most profiles one GCU may list (the settings' bound, ``config.MAX_PROFILES``).
+MAX_LISTED_PROFILES: Final = 32
+#: Most instances of one profile a GCU may hold: a GCU has at most a few dozen slices.
+MAX_INSTANCE_COUNT: Final = 1024
 
 
 class EfsmiError(RuntimeError):
     """efsmi is missing, failed, timed out or printed what is not its table."""
+
+
+class EfsmiFailed(EfsmiError):
+    """efsmi ran and exited with a failure status (e.g. DRS is off on the GCU)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +61,57 @@ class Instance:
     profile: str
     id: str
     uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListedProfile:
+    """One DRS profile of one GCU, as ``efsmi -i <index> --drs --list-profile`` lists it."""
+
+    name: str
+    id: str
+    #: How many instances of the profile the GCU holds at once (Enflame's ``InstanceCount``).
+    count: int
+
+
+def parse_profiles(text: str, gcu: int) -> list[ListedProfile]:
+    """The profiles of a ``--list-profile`` output of GCU *gcu*.
+
+    Lines without a profile name (borders, headers) are skipped, as Enflame's plugin skips
+    them; a line with one must carry a numeric id and count after it.
+
+    :raises EfsmiError: a profile row does not parse, a profile is listed twice, or there are
+        more than :data:`MAX_LISTED_PROFILES`; the message names the GCU and the row.
+    """
+    out: dict[str, ListedProfile] = {}
+    for line in text.splitlines():
+        fields = line.replace("|", " ").split()
+        at = next((i for i, f in enumerate(fields) if _PROFILE.match(f.lower())), None)
+        if at is None:
+            continue
+        shown = " ".join(fields)[:120]
+        if len(fields) < at + 3:
+            raise EfsmiError(
+                f"efsmi's DRS profile row of GCU {gcu} has no profile id and instance count "
+                f"after the name: {shown!r}"
+            )
+        name, pid, count = fields[at].lower(), fields[at + 1], fields[at + 2]
+        if not _INSTANCE_ID.match(pid):
+            raise EfsmiError(
+                f"efsmi lists a DRS profile id of GCU {gcu} that is not a number: {shown!r}"
+            )
+        if not (count.isdigit() and 1 <= int(count) <= MAX_INSTANCE_COUNT):
+            raise EfsmiError(
+                f"efsmi lists a DRS instance count of GCU {gcu} that is not 1 to "
+                f"{MAX_INSTANCE_COUNT}: {shown!r}"
+            )
+        if name in out:
+            raise EfsmiError(f"efsmi lists DRS profile {name} of GCU {gcu} twice")
+        if len(out) >= MAX_LISTED_PROFILES:
+            raise EfsmiError(
+                f"efsmi lists more than {MAX_LISTED_PROFILES} DRS profiles for GCU {gcu}"
+            )
+        out[name] = ListedProfile(name, pid, int(count))
+    return list(out.values())
 
 
 def parse_instances(text: str) -> list[Instance]:
@@ -64,9 +131,11 @@ def parse_instances(text: str) -> list[Instance]:
     return out
 
 
-def _read_bounded(stream: IO[bytes], kept: bytearray) -> None:
+def _read_bounded(stream: IO[bytes], kept: bytearray, limit: int, seen: list[int]) -> None:
+    """Keep the first *limit* bytes of *stream*; ``seen[0]`` counts all it printed."""
     while chunk := stream.read(_CHUNK):
-        room = MAX_OUTPUT - len(kept)
+        seen[0] += len(chunk)
+        room = limit - len(kept)
         if room > 0:
             kept += chunk[:room]
 
@@ -87,10 +156,14 @@ class Efsmi:
             )
         return found
 
-    def run(self, *args: str) -> str:
+    def run(self, *args: str, limit: int | None = None) -> str:
+        """What efsmi printed (its first :data:`MAX_OUTPUT` bytes); with *limit*, output
+        longer than *limit* bytes is refused instead of cut short."""
         argv = [self._binary(), *args]
         shown = " ".join(["efsmi", *args])
         kept = bytearray()
+        seen = [0]
+        keep = MAX_OUTPUT if limit is None else min(limit, MAX_OUTPUT)
         try:
             proc = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
@@ -98,7 +171,9 @@ class Efsmi:
         except OSError as exc:
             raise EfsmiError(f"`{shown}` could not be run: {exc}") from exc
         assert proc.stdout is not None  # stdout=PIPE
-        reader = threading.Thread(target=_read_bounded, args=(proc.stdout, kept), daemon=True)
+        reader = threading.Thread(
+            target=_read_bounded, args=(proc.stdout, kept, keep, seen), daemon=True
+        )
         reader.start()
         try:
             code = proc.wait(timeout=self.timeout_s)
@@ -115,7 +190,12 @@ class Efsmi:
         text = kept.decode("utf-8", "replace")
         if code != 0:
             tail = text.strip().splitlines()[-1:] or ["(no output)"]
-            raise EfsmiError(f"`{shown}` failed with status {code}: {tail[0][:200]}")
+            raise EfsmiFailed(f"`{shown}` failed with status {code}: {tail[0][:200]}")
+        if limit is not None and seen[0] > limit:
+            raise EfsmiError(
+                f"`{shown}` printed {seen[0]} bytes, more than the {limit} its table can take; "
+                "run it by hand and check the efsmi version"
+            )
         return text
 
     def drs_on(self, gcu: int) -> None:
@@ -126,6 +206,10 @@ class Efsmi:
 
     def instances(self, gcu: int) -> list[Instance]:
         return [i for i in parse_instances(self.run("-i", str(gcu), "-L")) if i.gcu == gcu]
+
+    def profiles(self, gcu: int) -> list[ListedProfile]:
+        text = self.run("-i", str(gcu), "--drs", "--list-profile", limit=MAX_LISTING)
+        return parse_profiles(text, gcu)
 
     def create(self, gcu: int, profile_id: str) -> None:
         if not _INSTANCE_ID.match(profile_id):

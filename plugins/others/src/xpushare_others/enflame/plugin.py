@@ -14,6 +14,7 @@ from xpushare import VendorUnavailable, hookimpl
 from xpushare.models import (
     ContainerRequest,
     ContainerView,
+    Device,
     DeviceUsage,
     FitResult,
     JsonPatchOp,
@@ -23,7 +24,15 @@ from xpushare.models import (
 )
 from xpushare.native import NodeContext
 from xpushare_others.common.two_mode_plugin import TwoModePlugin, TwoModeVendor
-from xpushare_others.enflame import allocate, detect, health, instances, library, monitor
+from xpushare_others.enflame import (
+    allocate,
+    detect,
+    health,
+    instances,
+    library,
+    monitor,
+    profiles,
+)
 from xpushare_others.enflame import fit as fitting
 from xpushare_others.enflame import request as rules
 from xpushare_others.enflame.config import DRS_VENDOR, VENDOR, EnflameConfig, mode_of
@@ -43,9 +52,9 @@ def drs_annotations(
 ) -> dict[str, str] | None:
     """HAMi's DRS keys: the first GCU given, and each container's profile and slices.
 
-    *profile_ids* are the settings' ``drs_profiles`` (the scheduler reads the file the node
-    agent publishes its GCUs' profiles from), so each container's ``profileID`` is the id
-    Enflame's tools know its profile by.
+    *profile_ids* are the settings' ``drs_profiles``: the scheduler's hooks see the
+    assignment, not the GCU the node agent read its ids from with efsmi, so a ``profileID``
+    is the settings' (HAMi's tooling reads it; the agent cuts by the GCU's own id).
     """
     ours = [c for c in assignment.containers if c.vendor == vendor and c.devices]
     if not ours:
@@ -113,6 +122,12 @@ class EnflamePlugin(TwoModePlugin[EnflameConfig, library.Efml]):
                 "set drs_cut: false to book partitions without cutting them",
             )
         super().xpushare_startup(ctx)
+
+    @hookimpl
+    def xpushare_detect(self, ctx: NodeContext) -> list[Device]:
+        config = self._config(ctx)
+        source = profiles.source(ctx.state, config) if self.mode == "drs" else None
+        return detect.detect(library.state(ctx), config, self.vendor, ctx.node_name, source)
 
     @hookimpl
     def xpushare_fit(

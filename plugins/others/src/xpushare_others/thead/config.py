@@ -46,6 +46,14 @@ class TheadConfig(VendorConfig):
     ledger_path: str = "/var/run/vppu/ledger"
     #: The shim's verbosity (1: denials and errors, its own default), unless the pod sets it.
     log_level: int = Field(default=1, ge=0, le=5)
+    #: Where the node agent records the MIG instances it cut, one file per container, so a
+    #: release after an agent restart still finds them: under kubelet's device-plugin
+    #: directory, which the agent mounts from the host.
+    journal_dir: str = "/var/lib/kubelet/device-plugins/xpushare-thead-mig"
+    #: The driver's capability records of MIG instances (GPUStack's thead-mig.md).
+    capabilities_root: str = "/proc/driver/alixpu/capabilities"
+    #: Where the capability device nodes those records name are (``alixpu-cap<minor>``).
+    capability_nodes: str = "/dev/alixpu-caps"
 
     def names(self) -> ResourceNames:
         return self.resource_names if self.resource_names is not None else NAMES

@@ -9,14 +9,17 @@ It is loaded isolated (see :mod:`xpushare_others.common.loading`).
 from __future__ import annotations
 
 from ctypes import POINTER, byref, c_uint, c_ulonglong, c_void_p
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from xpushare_others.common import loading
 from xpushare_others.common.nvml_shaped import NVML_RETURN_NAMES, NvmlApiLibrary, NvmlShapedError
 from xpushare_others.thead.config import VENDOR, TheadConfig
+from xpushare_others.thead.mig import SIGNATURES as MIG_SIGNATURES
 
 if TYPE_CHECKING:
     from xpushare.native import NodeContext
+    from xpushare_others.thead.mig import GiProfile
 
 SONAMES: Final = ("libhgml.so", "libhgml.so.1")
 
@@ -37,17 +40,22 @@ class HgmlError(NvmlShapedError):
 
 _OPTIONAL: Final[dict[str, tuple[Any, ...]]] = {
     "hgmlDeviceGetTotalEccErrors": (c_void_p, c_uint, c_uint, POINTER(c_ulonglong)),
+    **MIG_SIGNATURES,
 }
 
 STATE_KEY: Final = "hgml"
 
 
+@dataclass
 class Hgml(NvmlApiLibrary):
     prefix = "hgml"
     error = HgmlError
     state_key = STATE_KEY
     short_name = "HGML"
     vendor = VENDOR
+    #: The MIG profiles of each PPU in MIG mode (by HGML ordinal), as detection read them:
+    #: what Allocate creates and release destroys by.
+    geometry: dict[int, tuple[GiProfile, ...]] = field(default_factory=dict)
 
     def uncorrected_ecc(self, handle: c_void_p, index: int) -> int | None:
         value = c_ulonglong()

@@ -1,9 +1,14 @@
 """A fake of Enflame's efsmi for the DRS commands Enflame's device plugin runs.
 
 State (a JSON file named by FAKE_EFSMI_STATE): per GCU whether DRS is on and its instances,
-the profiles (id -> [name, slices]) and slices per GCU, the next instance id, and every call
-made. FAKE_EFSMI_FAIL names a command (``create``, ``destroy``, ``list``, ``on``, ``off``)
-that exits 1 instead. Output rows have efsmi's shape: ``| <gcu> <profile> <id> <uuid> |``.
+the profiles (id -> [name, slices]) and slices per GCU (``gcu_profiles`` and
+``gcu_capacity``, by GCU index, replace them for one GCU), the next instance id, and every
+call made. ``listing`` (by GCU index) is printed as is by ``--list-profile``: a test's bad
+output. FAKE_EFSMI_FAIL names a command (``create``, ``destroy``, ``list``, ``profiles``,
+``on``, ``off``) that exits 1 instead. Output rows have the shape Enflame's device plugin
+parses: ``-L`` ``| <gcu> <profile> <id> <uuid> |``; ``--list-profile`` (DRS on only, as
+Enflame's plugin turns DRS on before listing) ``| <gcu> <profile> <id> <count> <memory>
+<sips> |``, count the instances of the profile the GCU holds.
 """
 
 from __future__ import annotations
@@ -26,6 +31,14 @@ def main(argv: list[str]) -> int:
     return code
 
 
+def profiles_of(state: dict, index: str) -> dict:
+    return state.get("gcu_profiles", {}).get(index, state["profiles"])
+
+
+def capacity_of(state: dict, index: str) -> int:
+    return int(state.get("gcu_capacity", {}).get(index, state["capacity"]))
+
+
 def run(argv: list[str], state: dict, gcus: dict) -> int:
     if len(argv) < 3 or argv[0] != "-i":
         print("usage: efsmi -i <index> ...", file=sys.stderr)
@@ -43,6 +56,22 @@ def run(argv: list[str], state: dict, gcus: dict) -> int:
             print(f"| {index}  {inst['profile']}  {inst['id']}  {inst['uuid']} |")
         print("+------------------------------------------------------+")
         return 0
+    if rest == ["--drs", "--list-profile"]:
+        if fail == "profiles" or not gcu["drs"]:
+            print(f"Error: DRS is not enabled on device {index}")
+            return 1
+        if index in state.get("listing", {}):
+            sys.stdout.write(state["listing"][index])
+            return 0
+        print("+----------------------------------------------------------+")
+        print("| Index  Profile   ID  Count  Memory  SIP                   |")
+        print("+==========================================================+")
+        capacity = capacity_of(state, index)
+        for pid, (name, slices) in profiles_of(state, index).items():
+            memory = name.split(".")[1].upper()
+            print(f"| {index}  {name}  {pid}  {capacity // slices}  {memory}  {slices * 2} |")
+        print("+----------------------------------------------------------+")
+        return 0
     if rest in (["--drs", "on"], ["--drs", "off"]):
         if fail == rest[1]:
             print(f"Error: cannot turn DRS {rest[1]}")
@@ -57,9 +86,13 @@ def run(argv: list[str], state: dict, gcus: dict) -> int:
         if fail == "create" or not gcu["drs"]:
             print("Error: create instance failed")
             return 1
-        name, slices = state["profiles"][rest[2]]
+        offered = profiles_of(state, index)
+        if rest[2] not in offered:
+            print(f"Error: no DRS profile {rest[2]} on device {index}")
+            return 1
+        name, slices = offered[rest[2]]
         used = sum(i["slices"] for i in gcu["instances"])
-        if used + slices > state["capacity"]:
+        if used + slices > capacity_of(state, index):
             print("Error: not enough slices")
             return 1
         iid = state.get("next_id", 0)
