@@ -246,6 +246,11 @@ def xpushare_resource_request(
 
     Stops at the first non-``None`` result; ``None`` from every implementation means the
     container does not ask for this vendor's devices.
+
+    Not called for a container whose limits and requests name none of the vendor's
+    resources (``VendorSpec.resource_names`` and ``VendorSpec.request_resources``): such a
+    container asks nothing of the vendor. A vendor whose requests come from elsewhere too
+    sets ``request_resources=None`` and is asked for every container.
     """
 
 

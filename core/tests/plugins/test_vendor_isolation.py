@@ -27,6 +27,7 @@ from xpushare.models import (
 from xpushare.plugins import HostSettings, PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.testing.stubs import StubVendor as Vendor
+from xpushare.testing.stubs import stub_spec
 
 
 class Broken(Vendor):
@@ -169,8 +170,9 @@ def test_bad_return_values_are_refused_at_the_boundary(pair: Any) -> None:
         )
     with pytest.raises(PluginError, match=r"(?s)xpushare_admission_guard returned.*absolute"):
         broken.admission_guard()
+    asking = ContainerView(name="c", limits={"broken.example.com/gpu": "1"})
     with pytest.raises(PluginError, match="request is for vendor 'someone-else'"):
-        broken.resource_request(pod=POD, container=POD.containers[0])
+        broken.resource_request(pod=POD, container=asking)
     with pytest.raises(PluginError, match="xpushare_detect returned an invalid result"):
         broken.detect()
     with pytest.raises(PluginError, match="names devices kubelet did not offer"):
@@ -312,5 +314,52 @@ def test_a_vendors_admission_guard_reaches_the_webhook_and_a_broken_one_only_its
         broken = webhook.review(_review(_asking("broken.example.com/gpu", "/data")))["response"]
         assert broken["allowed"] is False and broken["status"]["code"] == 500
         assert "xpushare_admission_guard" in broken["status"]["message"]
+    finally:
+        h.close()
+
+
+class Counting(Vendor):
+    """Counts the containers its request hook is asked about."""
+
+    def __init__(self, name: str, spec: VendorSpec) -> None:
+        super().__init__(name, vendor_spec=spec)
+        self.asked: list[str] = []
+
+    @hookimpl
+    def xpushare_resource_request(self, container: ContainerView) -> ContainerRequest | None:
+        self.asked.append(container.name)
+        return None
+
+
+@pytest.mark.parametrize(
+    ("extra", "asked"),
+    [
+        ((), ["mine", "by-request"]),
+        (("c.example.com/fabric",), ["mine", "by-request", "fabric"]),
+        (None, ["mine", "by-request", "fabric", "other"]),
+    ],
+)
+def test_a_vendor_is_asked_only_about_containers_naming_its_resources(
+    extra: tuple[str, ...] | None, asked: list[str]
+) -> None:
+    """A pod is parsed by every installed vendor: one whose resources a container does not
+    name is not asked (the pluggy call costs more than the answer), unless it reads other
+    resources (``request_resources``) or every container (``None``)."""
+    spec = stub_spec("counting", domain="c.example.com").model_copy(
+        update={"request_resources": extra}
+    )
+    vendor = Counting("counting", spec)
+    h = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS, node_name="n1")
+    h.register("counting", vendor)
+    try:
+        handle = h.vendor("counting")
+        for container in (
+            ContainerView(name="mine", limits={"c.example.com/gpumem": "1024"}),
+            ContainerView(name="by-request", requests={"c.example.com/gpu": "1"}),
+            ContainerView(name="fabric", limits={"c.example.com/fabric": "1"}),
+            ContainerView(name="other", limits={"nvidia.com/gpu": "1", "cpu": "2"}),
+        ):
+            handle.resource_request(pod=POD, container=container)
+        assert vendor.asked == asked
     finally:
         h.close()

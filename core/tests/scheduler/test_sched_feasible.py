@@ -242,6 +242,8 @@ def test_the_candidate_rows_follow_nodes_added_changed_and_removed() -> None:
                 device_id=device.id, index=device.index, memory_mib=1_000, compute_percent=0
             )
             container = ContainerAssignment(container="c", vendor="acme", devices=(piece,))
-            ledger.add(f"pod-{step}", PodAssignment(node=name, containers=(container,)), cpu_milli=2_000)
+            ledger.add(
+                f"pod-{step}", PodAssignment(node=name, containers=(container,)), cpu_milli=2_000
+            )
     rows = checker.rows()
     assert born > 20 and len(rows.rows) > 60, "the rows grew with the fleet"

@@ -65,6 +65,12 @@ class VendorSpec(Model):
         description="compute percent of a container that gives none (HAMi's defaultCores)",
     )
     config: dict[str, Any] = Field(default_factory=dict, description="vendor defaults, shown")
+    request_resources: tuple[str, ...] | None = Field(
+        default=(),
+        description="container resources, beside resource_names, that the request hook "
+        "reads; a container that names none of them (in limits or requests) is not asked. "
+        "None: the hook is asked for every container",
+    )
 
     @field_validator("name")
     @classmethod

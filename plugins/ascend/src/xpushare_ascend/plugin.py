@@ -59,6 +59,9 @@ def xpushare_vendor() -> VendorSpec:
         resource_names=config.names(),
         memory_unit_mib=config.memory_factor,
         config=config.model_dump(mode="json"),
+        # Asked for every container: one that names another chip family's resource
+        # (huawei.com/Ascend310P, ...) is refused with what to ask instead (request.py).
+        request_resources=None,
     )
 
 
