@@ -119,6 +119,11 @@ def _serves(kubelet: FakeKubelet, resource: str) -> bool:
     return kubelet.allocatable(resource) > 0
 
 
+def _serves_anew(kubelet: FakeKubelet, resource: str, before: int) -> bool:
+    """*resource* registered again since *before* registrations, and its devices listed."""
+    return len(kubelet.registrations_of(resource)) > before and _serves(kubelet, resource)
+
+
 def _at_most(agent: NodeAgent, pods: int) -> bool:
     return len(agent.ledger) <= pods
 
@@ -375,9 +380,14 @@ class VendorConformance:
                         )
                     agent = NodeAgent(self._churn_config(plugin_dir), host, kube)
                     resource = host.vendor(self.vendor).spec.resource_names.count
+                    # The kubelet still lists the previous session's devices: wait for this
+                    # agent's own registration, made once it has detected its devices.
+                    before = len(kubelet.registrations_of(resource))
                     run = asyncio.create_task(agent.run())
                     try:
-                        await kubelet.wait_until(partial(_serves, kubelet, resource), timeout_s=30)
+                        await kubelet.wait_until(
+                            partial(_serves_anew, kubelet, resource, before), timeout_s=30
+                        )
                         if session == sessions:
                             await _until(partial(_at_most, agent, 0), "every pod released")
                             break
