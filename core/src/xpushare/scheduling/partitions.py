@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from xpushare.models import DeviceSlice, PartitionProfile
+from xpushare.models import DeviceSlice, PartitionPlacement, PartitionProfile
 from xpushare.models.device import MAX_SLICES
 
 #: Separator between a profile and the slice its instance starts at, in booked names.
@@ -329,6 +329,30 @@ def parse_slot(name: str) -> tuple[str, int] | None:
         return None
     value = int(start)
     return (profile, value) if value < MAX_SLICES else None
+
+
+def dynamic_profile(
+    name: str,
+    *,
+    memory_mib: int,
+    compute_percent: int,
+    count: int,
+    compute_slices: int,
+    memory_slices: int,
+    starts: Iterable[int],
+) -> PartitionProfile:
+    """A profile of instances made on demand, as a driver reports one (NVML's GPU instance
+    profile, HGML's): at most *count* at once, each taking *memory_slices* slices from one
+    of *starts*; the compute share kept within 1-100 (a driver's rounding may pass 100)."""
+    return PartitionProfile(
+        name=name,
+        memory_mib=memory_mib,
+        compute_percent=max(1, min(100, compute_percent)),
+        max_count=max(1, count),
+        compute_slices=compute_slices,
+        memory_slices=memory_slices,
+        placements=tuple(PartitionPlacement(start=s, size=memory_slices) for s in starts),
+    )
 
 
 def is_dynamic(profiles: Sequence[PartitionProfile]) -> bool:

@@ -27,8 +27,9 @@ from typing import Any, Final
 
 import pynvml
 
-from xpushare.models import PartitionPlacement, PartitionProfile
+from xpushare.models import PartitionProfile
 from xpushare.models.device import MAX_SLICES
+from xpushare.scheduling.partitions import dynamic_profile
 from xpushare_nvidia.calls import LOST_CODES, is_missing, optional, running_processes, text
 
 log = logging.getLogger(__name__)
@@ -71,16 +72,14 @@ class GiProfile:
             if gpu_sms > 0 and self.sms > 0
             else math.ceil(self.compute_slices * 100 / 7)
         )
-        return PartitionProfile(
-            name=self.name,
+        return dynamic_profile(
+            self.name,
             memory_mib=self.memory_mib,
-            compute_percent=max(1, min(100, share)),
-            max_count=max(1, self.count),
+            compute_percent=share,
+            count=self.count,
             compute_slices=self.compute_slices,
             memory_slices=self.memory_slices,
-            placements=tuple(
-                PartitionPlacement(start=s, size=self.memory_slices) for s in self.starts
-            ),
+            starts=self.starts,
         )
 
 

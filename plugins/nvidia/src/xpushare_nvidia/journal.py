@@ -10,69 +10,20 @@ release hook asks of a vendor. Files are replaced atomically (write, then rename
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
+from xpushare.native.records import RecordFiles
 from xpushare_nvidia.dynamic import Instance
 
-log = logging.getLogger(__name__)
 
-#: A container holds at most this many MIG instances (one per GPU slice, and no container
-#: gets more slices than a node has MIG instances: 8 GPUs x 7). Bounds what a file may
-#: make the agent read.
-MAX_ENTRIES: Final = 64
-MAX_FILE_BYTES: Final = 64 * 1024
-
-
-class Journal:
-    """The MIG journal in *directory* (the node agent's, on the node's disk)."""
+class Journal(RecordFiles):
+    """The MIG journal in *directory* (the node agent's, on the node's disk); a file per
+    container, ``<pod uid>_<container>``."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def _path(self, name: str) -> Path:
-        return self.directory / f"{name}.json"
-
-    def read(self, name: str) -> list[dict[str, Any]]:
-        """The entries of container file *name* (``<pod uid>_<container>``); [] if none."""
-        path = self._path(name)
-        try:
-            raw = path.read_bytes()[: MAX_FILE_BYTES + 1]
-        except FileNotFoundError:
-            return []
-        if len(raw) > MAX_FILE_BYTES:
-            log.error("vendor nvidia: MIG journal %s is too large; ignored", path)
-            return []
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            log.error("vendor nvidia: MIG journal %s is not JSON; ignored", path)
-            return []
-        entries = data.get("instances") if isinstance(data, dict) else None
-        if not isinstance(entries, list):
-            return []
-        return [e for e in entries[:MAX_ENTRIES] if _valid(e)]
-
-    def write(self, name: str, entries: list[dict[str, Any]]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self._path(name)
-        if not entries:
-            path.unlink(missing_ok=True)
-            return
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(json.dumps({"v": 1, "instances": entries}, sort_keys=True))
-        partial.replace(path)
-
-    def names(self) -> list[str]:
-        """Every container file in the journal."""
-        try:
-            return sorted(p.stem for p in self.directory.glob("*.json"))
-        except OSError:
-            return []
+        super().__init__(directory, valid=_valid, what="vendor nvidia: MIG journal")
 
     def on_gpu(self, gpu: str) -> list[str]:
         """The containers that hold (or may hold) an instance on *gpu*."""

@@ -17,13 +17,12 @@ read from the driver's procfs record at Allocate (GPUStack's thead-mig.md: each
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from xpushare.native.records import RecordFiles
 from xpushare.scheduling.partitions import parse_slot
 from xpushare_others.thead import mig
 
@@ -34,10 +33,6 @@ if TYPE_CHECKING:
     from xpushare_others.thead.config import TheadConfig
     from xpushare_others.thead.library import Hgml
 
-#: A container holds at most this many instances (a node's PPUs x their slices); bounds what a
-#: record file may make the agent read, as its bytes are.
-MAX_ENTRIES: Final = 64
-MAX_FILE_BYTES: Final = 64 * 1024
 #: Bytes of one procfs access file that are read (two short lines).
 MAX_ACCESS_BYTES: Final = 4096
 _MINOR: Final = re.compile(r"^DeviceFileMinor:\s*([0-9]{1,9})\s*$", re.MULTILINE)
@@ -48,40 +43,11 @@ def record_name(pod: PodRef, container: str) -> str:
     return f"{_SAFE.sub('_', (pod.uid or str(pod))[:64])}_{_SAFE.sub('_', container[:63])}"
 
 
-class Journal:
+class Journal(RecordFiles):
     """The record files in *directory* (on the node's disk, under kubelet's plugin dir)."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def read(self, name: str) -> list[dict[str, Any]]:
-        try:
-            with (self.directory / f"{name}.json").open("rb") as f:
-                raw = f.read(MAX_FILE_BYTES + 1)
-        except FileNotFoundError:
-            return []
-        try:
-            data = json.loads(raw) if len(raw) <= MAX_FILE_BYTES else None
-        except ValueError:
-            data = None
-        entries = data.get("instances") if isinstance(data, dict) else None
-        return [e for e in entries[:MAX_ENTRIES] if _valid(e)] if isinstance(entries, list) else []
-
-    def write(self, name: str, entries: list[dict[str, Any]]) -> None:
-        path = self.directory / f"{name}.json"
-        if not entries:
-            path.unlink(missing_ok=True)
-            return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(json.dumps({"v": 1, "instances": entries}, sort_keys=True))
-        partial.replace(path)
-
-    def names(self) -> list[str]:
-        try:
-            return sorted(p.stem for p in self.directory.glob("*.json"))
-        except OSError:
-            return []
+        super().__init__(directory, valid=_valid, what="vendor thead: MIG record")
 
     def claimed(self, skip: str, ppu: int, profile: str, start: int) -> bool:
         """Whether another container's record names an instance at this place."""

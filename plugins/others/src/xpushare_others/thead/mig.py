@@ -29,8 +29,9 @@ from ctypes import POINTER, Structure, byref, c_char, c_uint, c_ulonglong, c_voi
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from xpushare.models import PartitionPlacement, PartitionProfile
+from xpushare.models import PartitionProfile
 from xpushare.models.device import MAX_SLICES
+from xpushare.scheduling.partitions import dynamic_profile
 
 if TYPE_CHECKING:
     from xpushare_others.thead.library import Hgml
@@ -151,16 +152,14 @@ class GiProfile:
 
     def partition(self, device_slices: int) -> PartitionProfile:
         share = math.ceil(self.compute_slices * 100 / max(1, device_slices))
-        return PartitionProfile(
-            name=self.name,
+        return dynamic_profile(
+            self.name,
             memory_mib=self.memory_mib,
-            compute_percent=max(1, min(100, share)),
-            max_count=max(1, self.count),
+            compute_percent=share,
+            count=self.count,
             compute_slices=self.compute_slices,
             memory_slices=self.memory_slices,
-            placements=tuple(
-                PartitionPlacement(start=s, size=self.memory_slices) for s in self.starts
-            ),
+            starts=self.starts,
         )
 
 
