@@ -5,7 +5,6 @@ restarted in the middle, unprepared, nothing left."""
 from __future__ import annotations
 
 import json
-import uuid
 
 from kubernetes.client import ApiClient
 from nodekit import NODE, eventually, mock_host
@@ -13,6 +12,7 @@ from nodekit import NODE, eventually, mock_host
 from xpushare.codec import AGENT_MODE_KEY
 from xpushare.node import KubeClient
 from xpushare.testing.apiserver import FakeApiServer
+from xpushare.testing.claims import allocated_claim
 from xpushare.testing.drakubelet import FakeDraKubelet
 from xpushare.testing.nodeagent import run_node_agent, short_socket_dir
 
@@ -31,46 +31,6 @@ def dra_config(root, sockets):
         cdi_dir=root / "cdi",
         state_dir=root / "state",
     )
-
-
-def allocated(slice_obj, device_index, memory="8Gi", cores="30"):
-    """A ResourceClaim as kube-scheduler leaves it: allocated from *slice_obj*'s device."""
-    device = slice_obj["spec"]["devices"][device_index]["name"]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "train", "namespace": "ml", "uid": str(uuid.uuid4())},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpu",
-                        "exactly": {
-                            "deviceClassName": DRIVER,
-                            "capacity": {"requests": {"memory": memory, "cores": cores}},
-                        },
-                    }
-                ]
-            }
-        },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "gpu",
-                            "driver": DRIVER,
-                            "pool": slice_obj["spec"]["pool"]["name"],
-                            "device": device,
-                            "shareID": str(uuid.uuid4()),
-                            "consumedCapacity": {"memory": memory, "cores": cores, "shares": "1"},
-                        }
-                    ]
-                }
-            },
-            "reservedFor": [{"resource": "pods", "name": "trainer", "uid": str(uuid.uuid4())}],
-        },
-    }
 
 
 async def test_slice_claim_prepare_restart_unprepare(tmp_path):
@@ -94,7 +54,9 @@ async def test_slice_claim_prepare_restart_unprepare(tmp_path):
                     # The extender reads the mode: a bind here writes no handoff.
                     annotations = api.get("nodes", NODE)["metadata"]["annotations"]
                     assert annotations[AGENT_MODE_KEY] == "dra"
-                    claim = allocated(slice_obj, 2)
+                    claim = allocated_claim(
+                        slice_obj, slice_obj["spec"]["devices"][2]["name"], memory="8Gi", cores="30"
+                    )
                     ApiClient()._ApiClient__deserialize(claim, "ResourceV1ResourceClaim")
                     api.put("resourceclaims", claim)
                     uid = claim["metadata"]["uid"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import uuid as uuidlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from nvidia_kit import base_config
 from xpushare.node import KubeClient
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import FakeApiServer
+from xpushare.testing.claims import allocated_claim
 from xpushare.testing.drakubelet import FakeDraKubelet
 from xpushare.testing.hosts import vendor_host
 from xpushare.testing.nodeagent import run_node_agent, short_socket_dir
@@ -45,45 +45,6 @@ async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 10.
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
         await asyncio.sleep(0.01)
-
-
-def allocated(slice_obj: dict[str, Any], device: str, memory: str, cores: str) -> dict[str, Any]:
-    """A ResourceClaim as kube-scheduler leaves it: a share of *device* from *slice_obj*."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "infer", "namespace": "ml", "uid": str(uuidlib.uuid4())},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpu",
-                        "exactly": {
-                            "deviceClassName": DRIVER,
-                            "capacity": {"requests": {"memory": memory, "cores": cores}},
-                        },
-                    }
-                ]
-            }
-        },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "gpu",
-                            "driver": DRIVER,
-                            "pool": slice_obj["spec"]["pool"]["name"],
-                            "device": device,
-                            "shareID": str(uuidlib.uuid4()),
-                            "consumedCapacity": {"memory": memory, "cores": cores},
-                        }
-                    ]
-                }
-            },
-            "reservedFor": [{"resource": "pods", "name": "infer", "uid": str(uuidlib.uuid4())}],
-        },
-    }
 
 
 class Rig:
@@ -152,7 +113,9 @@ async def test_an_nvidia_share_through_dra_gets_hami_core_limits_and_leaves_noth
             assert second["allowMultipleAllocations"] is True
             assert set(second["capacity"]) >= {"memory", "cores"}
 
-            claim = allocated(slice_obj, second["name"], memory="8Gi", cores="30")
+            claim = allocated_claim(
+                slice_obj, second["name"], memory="8Gi", cores="30", name="infer"
+            )
             ApiClient()._ApiClient__deserialize(claim, "ResourceV1ResourceClaim")
             rig.api.put("resourceclaims", claim)
             uid = claim["metadata"]["uid"]
@@ -211,7 +174,7 @@ async def test_with_cdi_names_the_claim_also_names_nvidias_own_cdi_device(
     async with dra_rig(tmp_path, "xnc") as rig, rig.agent(config):
         (slice_obj,) = rig.api.items("resourceslices")
         gpu = by_uuid(slice_obj, uuid(0))
-        claim = allocated(slice_obj, gpu["name"], memory="4Gi", cores="20")
+        claim = allocated_claim(slice_obj, gpu["name"], memory="4Gi", cores="20", name="infer")
         rig.api.put("resourceclaims", claim)
         uid = claim["metadata"]["uid"]
         answer = await rig.kubelet.prepare(DRIVER, [("ml", "infer", uid)])
