@@ -554,3 +554,69 @@ def test_fit_applies_spares_the_vendor_fit_where_it_says_so(applies: Any, skippe
         assert set(asked) == {"n0"}
     else:
         assert set(asked) == {f"n{n}" for n in range(6)}
+
+
+@pytest.mark.parametrize("policy", ["fgd-cpu", "binpack"])
+def test_nodes_a_vendor_fit_leaves_to_the_core_share_their_answers_per_state(policy: str) -> None:
+    """A vendor with its own fit (here: on LINKED nodes only, as NVIDIA's on NVLink and MIG)
+    used to make every verdict a per-node one; where its fit leaves the decision to the core,
+    nodes in one state now share one answer. The scores are the same as node by node, while
+    the fleet changes, and far fewer nodes are worked out."""
+    import random
+
+    from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
+
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("scoped", _scoped_vendor(lambda ds: any(d.model == "LINKED" for d in ds), []))
+    rng = random.Random(7)
+
+    def fleet() -> UsageLedger:
+        ledger = UsageLedger()
+        for n in range(60):
+            model = "LINKED" if n % 10 == 0 else "PLAIN"
+            devices = [
+                Device(vendor="scoped", id=f"n{n}-{i}", index=i, model=model, memory_mib=100)
+                for i in range(4)
+            ]
+            ledger.set_node(f"n{n}", devices, cpu_milli=64_000)
+        return ledger
+
+    shared, alone = fleet(), fleet()
+    placer = Placer(shared, policy, host=host)
+    reference = Placer(alone, policy, host=host)
+    reference._core_decides_somewhere = lambda request: False  # type: ignore[method-assign]
+    worked: dict[str, int] = {"shared": 0, "alone": 0}
+
+    def counting(which: str, answer: Any) -> Any:
+        def counted(request: PodRequest, key: int, nodes: Any) -> Any:
+            worked[which] += len(nodes)
+            return answer(request, key, nodes)
+
+        return counted
+
+    placer._answer = counting("shared", placer._answer)  # type: ignore[method-assign]
+    reference._answer = counting("alone", reference._answer)  # type: ignore[method-assign]
+    for step in range(120):
+        limits = {"scoped.example.com/gpu": str(rng.choice([1, 1, 2]))}
+        pod = PodView(
+            ref=PodRef(name=f"p{step}"), containers=(ContainerView(name="c", limits=limits),)
+        )
+        names = rng.sample(sorted(shared.nodes), 30)
+        got = placer.scores(placer.request(pod), names)
+        want = reference.scores(reference.request(pod), names)
+        assert got == want, step
+        assert placer.filter(placer.request(pod), names).failed.keys() == (
+            reference.filter(reference.request(pod), names).failed.keys()
+        )
+        plain = [n for n in got if n[1:].isdigit() and int(n[1:]) % 10]
+        if plain and step % 2 == 0:  # book an idle device of a fitting node, on both fleets
+            name = plain[0]
+            idle = [d for d in shared.nodes[name].tables["scoped"].devices if d.used_slots == 0]
+            if idle:
+                piece = DeviceSlice(
+                    device_id=idle[0].id, index=idle[0].index, memory_mib=10, compute_percent=0
+                )
+                one = ContainerAssignment(container="c", vendor="scoped", devices=(piece,))
+                for ledger in (shared, alone):
+                    ledger.add(f"b{step}", PodAssignment(node=name, containers=(one,)))
+    assert worked["shared"] * 3 < worked["alone"], f"nodes in one state worked out once: {worked}"

@@ -402,7 +402,10 @@ class Placer:
         the fragmentation policies measure them together on arrays.
         """
         if not self._share[key]:
-            self._answer(request, key, nodes)
+            if self._pure and self._core_decides_somewhere(request):
+                self._fill_where_core_decides(request, key, nodes)
+            else:
+                self._answer(request, key, nodes)
             return None
         # One node per shared dict (comprehensions: at 5,000 nodes each Python statement
         # per node costs a millisecond).
@@ -411,6 +414,61 @@ class Placer:
         if todo:
             self._answer(request, key, todo)
         return None
+
+    def _core_decides_somewhere(self, request: PodRequest) -> bool:
+        """Whether a request not shared for its vendor's own fit may still be, on the nodes
+        where that fit leaves the decision to the core's (``xpushare_fit_applies``): no UUIDs
+        (the signatures leave them out), no partition or mode and no topology-aware policy
+        (the vendor's fit is asked everywhere then, placer._vendor_fitter)."""
+        return not self._topology and not any(
+            d.include_uuids or d.exclude_uuids or d.partition is not None or d.mode is not None
+            for d in request.demands
+        )
+
+    def _core_decides(self, node: NodeState, request: PodRequest) -> bool:
+        """Whether on *node* every demand of *request* is decided by the core's fit alone."""
+        for d in request.demands:
+            handle = self._custom.get(d.vendor)
+            if handle is None:
+                continue
+            table = node.tables.get(d.vendor)
+            if table is not None and vendor_fit_applies(self.ledger, handle, node.name, table):
+                return False
+        return True
+
+    def _fill_where_core_decides(
+        self, request: PodRequest, key: int, nodes: Sequence[NodeState]
+    ) -> None:
+        """:meth:`_fill` for a vendor with its own fit: nodes where the core decides share one
+        answer per state (kept with the state's shared answers, so nodes that come to that
+        state later find it), the others are answered one by one.
+
+        Why: NVIDIA's fit applies only to MIG and NVLink nodes (its ``xpushare_fit_applies``),
+        yet a vendor with a fit of its own made every verdict a per-node one, so each node
+        that changed cost a fit and a score for every pod shape asked (in bench_throughput's
+        NVIDIA run, the largest part of ``/prioritize``). The answer is the core's there,
+        which depends on the node's state alone, as :meth:`_shareable` requests' do.
+        """
+        own: list[NodeState] = []
+        waiting: list[NodeState] = []
+        for node in nodes:
+            if not self._core_decides(node, request):
+                own.append(node)
+                continue
+            found = node.shared.get(key)
+            if found is None:
+                waiting.append(node)
+            else:
+                _keep(node.memo, node.memo_limit, key, found)
+        if waiting:
+            firsts = dict(zip(map(id, map(_shared_of, waiting)), waiting, strict=True))
+            todo = [n for n in firsts.values() if key not in n.shared]
+            for node, verdict in zip(todo, self._answer(request, key, todo), strict=True):
+                _keep(node.shared, node.memo_limit, key, verdict)
+            for node in waiting:
+                _keep(node.memo, node.memo_limit, key, node.shared[key])
+        if own:
+            self._answer(request, key, own)
 
     def _answer(self, request: PodRequest, key: int, nodes: Sequence[NodeState]) -> list[Verdict]:
         """Fit each node, then score the ones that fit in one call; remembered."""
@@ -1003,6 +1061,13 @@ def _by_name(names: list[str], verdicts: list[Verdict], values: Mapping[int, _T]
         for n, x in zip(names, map(values.get, map(id, verdicts)), strict=True)
         if x is not None
     }
+
+
+def _keep(memo: dict[Any, Any], limit: int, key: Any, value: Any) -> None:
+    """``memo[key] = value``, the oldest entry dropped past *limit* (NodeState.remember)."""
+    if key not in memo and len(memo) >= limit:
+        del memo[next(iter(memo))]
+    memo[key] = value
 
 
 #: A node's answers shared with its state, and its own (C-level, for map()).
