@@ -22,7 +22,13 @@ import sys
 from pathlib import Path
 
 from xpushare.simulator.datasets import TRACES
-from xpushare.simulator.reference import Comparison, compare, load_reference, seed_text
+from xpushare.simulator.reference import (
+    BASELINE,
+    Comparison,
+    compare,
+    load_reference,
+    seed_text,
+)
 
 
 def main() -> int:
@@ -48,9 +54,19 @@ def main() -> int:
     for trace in [t for t in TRACES if t in ours] + sorted(set(ours) - set(TRACES)):
         rows.extend(compare(ref, trace, ours[trace], args.target))
     policies = list(dict.fromkeys(r.policy for r in rows))
+    # A policy with a counterpart of theirs other than FGD (best-fit: BestFit) is also
+    # compared with it, in a column of its own.
+    own = {
+        p: name
+        for p in policies
+        for name in {r.their_policy for r in rows if r.policy == p}
+        if name is not None and name != BASELINE
+    }
     head = ["trace", "seeds", "their FGD"]
     for p in policies:
         head += [f"our `{p}`", "Δ"]
+        if p in own:
+            head += [f"their {own[p]}", f"Δ to {own[p]}"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for trace in dict.fromkeys(r.trace for r in rows):
@@ -60,6 +76,8 @@ def main() -> int:
         for p in policies:
             r = mine.get(p)
             cells += [_num(r.ours if r else None), _delta(r.delta_fgd if r else None)]
+            if p in own:
+                cells += [_num(r.theirs if r else None), _delta(r.delta if r else None)]
         print("| " + " | ".join(cells) + " |")
     for p in policies:
         deltas = [r.delta_fgd for r in rows if r.policy == p and r.delta_fgd is not None]
@@ -69,6 +87,13 @@ def main() -> int:
                 f"\n`{p}`: mean Δ {statistics.fmean(deltas):+.2f} over {len(deltas)} traces,"
                 f" {sum(1 for d in deltas if d < 0)} below their FGD, worst {min(deltas):+.2f},"
                 f" best {max(deltas):+.2f}, {within} within ±0.15"
+            )
+        theirs = [r.delta for r in rows if r.policy == p and p in own and r.delta is not None]
+        if theirs:
+            print(
+                f"\n`{p}` against their {own[p]}: mean Δ {statistics.fmean(theirs):+.2f} over"
+                f" {len(theirs)} traces, worst {min(theirs):+.2f}, best {max(theirs):+.2f},"
+                f" {sum(1 for d in theirs if abs(d) <= 0.3)} within ±0.3"
             )
     if args.plot is not None:
         from xpushare.simulator.report import plot_deltas
