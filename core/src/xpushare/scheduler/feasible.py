@@ -265,8 +265,8 @@ class FeasibilityChecker:
         """
         if not isinstance(names, list):
             names = list(names)
-        rows_path = len(names) >= ROWS_FROM
-        if rows_path and self._check_by_rows(out, request, names, rid, vendor, shared):
+        if len(names) >= ROWS_FROM:
+            self._check_by_rows(out, request, names, rid, vendor, shared)
             return
         nodes = self.placer.ledger.nodes
         ledger = self.placer.ledger
@@ -314,10 +314,10 @@ class FeasibilityChecker:
         rid: int,
         vendor: str,
         shared: dict[tuple[int, int], Verdict],
-    ) -> bool:
+    ) -> None:
         """:meth:`_check_by_table` on the candidate rows: the same answers, one Python step
-        per distinct answer (scheduler/candidates.py says why). ``False`` (nothing done)
-        when some candidate is the vendor's own fit's to judge: those go node by node."""
+        per distinct answer (scheduler/candidates.py says why), and one per node whose
+        vendor's own fit decides (asked through the placer, as node by node)."""
         rows = self.rows()
         rows.sync()
         np = rows.np
@@ -326,8 +326,6 @@ class FeasibilityChecker:
         safe = np.where(known, idx, 0)
         codes = rows.vendor(vendor)[safe]
         codes[~known] = UNKNOWN
-        if (codes == VENDOR_FIT).any():
-            return False
         alive = codes != UNKNOWN
         # fit_pod's first check, CPU before memory, as host_reject answers.
         if request.memory_mib:
@@ -337,10 +335,12 @@ class FeasibilityChecker:
         distinct, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
         which = inverse.reshape(-1)
         states = rows.states
-        verdicts: list[Verdict] = []
+        verdicts: list[Verdict | None] = []
         known_answer = shared.get
         for code, at in zip(distinct.tolist(), first.tolist(), strict=True):
-            if code >= NO_TABLE and (verdict := known_answer((rid, code))) is not None:
+            if code == VENDOR_FIT:
+                verdicts.append(None)  # node by node, below
+            elif code >= NO_TABLE and (verdict := known_answer((rid, code))) is not None:
                 verdicts.append(verdict)  # the common case: this state was fitted before
             elif code == UNKNOWN:
                 verdicts.append(_UNKNOWN)
@@ -353,12 +353,23 @@ class FeasibilityChecker:
                 assert state is not None
                 verdicts.append(self._shared_fit(shared, rid, code, state, request))
         fitting = np.array([v is _FITS for v in verdicts], dtype=bool)[which]
+        own: dict[int, Verdict] = {}
+        for at in np.flatnonzero(codes == VENDOR_FIT).tolist():
+            state = states[int(idx[at])]
+            assert state is not None
+            placed = self.placer.verdict(state, request)
+            if placed[0]:
+                fitting[at] = True
+            else:
+                why = placed[1]
+                message = why.message() if isinstance(why, PodFit) else str(why)
+                own[at] = (False, message, placed[2])
         out.fits.extend(compress(names, fitting.tolist()))
         if not fitting.all():
             failed, reasons = out.failed, out.reasons
             for at in np.flatnonzero(~fitting).tolist():
-                verdict = verdicts[int(which[at])]
+                verdict = own.get(at) or verdicts[int(which[at])]
+                assert verdict is not None
                 name = names[at]
                 failed[name] = verdict[1]
                 reasons[name] = verdict[2]
-        return True
