@@ -71,6 +71,7 @@ from xpushare.scheduling.fit import (
 )
 from xpushare.scheduling.podpolicy import BINPACK, SPREAD, TOPOLOGY, HamiDeviceOrder
 from xpushare.scheduling.policies import emptiest_first, fullest_first
+from xpushare.scheduling.state import remember
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -459,14 +460,14 @@ class Placer:
             if found is None:
                 waiting.append(node)
             else:
-                _keep(node.memo, node.memo_limit, key, found)
+                remember(node.memo, key, found, node.memo_limit)
         if waiting:
             firsts = dict(zip(map(id, map(_shared_of, waiting)), waiting, strict=True))
             todo = [n for n in firsts.values() if key not in n.shared]
             for node, verdict in zip(todo, self._answer(request, key, todo), strict=True):
-                _keep(node.shared, node.memo_limit, key, verdict)
+                remember(node.shared, key, verdict, node.memo_limit)
             for node in waiting:
-                _keep(node.memo, node.memo_limit, key, node.shared[key])
+                remember(node.memo, key, node.shared[key], node.memo_limit)
         if own:
             self._answer(request, key, own)
 
@@ -1061,13 +1062,6 @@ def _by_name(names: list[str], verdicts: list[Verdict], values: Mapping[int, _T]
         for n, x in zip(names, map(values.get, map(id, verdicts)), strict=True)
         if x is not None
     }
-
-
-def _keep(memo: dict[Any, Any], limit: int, key: Any, value: Any) -> None:
-    """``memo[key] = value``, the oldest entry dropped past *limit* (NodeState.remember)."""
-    if key not in memo and len(memo) >= limit:
-        del memo[next(iter(memo))]
-    memo[key] = value
 
 
 #: A node's answers shared with its state, and its own (C-level, for map()).

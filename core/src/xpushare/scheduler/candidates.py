@@ -78,10 +78,9 @@ class CandidateRows:
             for sids in self.sids.values():
                 sids[row] = UNKNOWN
             return
-        alloc = state.cpu_alloc
-        self.cpu_free[row] = UNBOUNDED if alloc is None else alloc - state.cpu_used
-        alloc = state.memory_alloc
-        self.memory_free[row] = UNBOUNDED if alloc is None else alloc - state.memory_used
+        cpu, memory = state.cpu_free, state.memory_free
+        self.cpu_free[row] = UNBOUNDED if cpu is None else cpu
+        self.memory_free[row] = UNBOUNDED if memory is None else memory
         for vendor, sids in self.sids.items():
             sids[row] = self._sid(vendor, state)
 
