@@ -115,6 +115,18 @@ def test_prioritize_scales_to_0_100_with_the_best_at_100() -> None:
     assert scores["b"] == 100.0 and scores["a"] == 0.0
 
 
+@pytest.mark.parametrize("policy", ["binpack", "fgd-cpu"])
+def test_prioritize_each_is_prioritize_in_the_order_asked(policy: str) -> None:
+    # /prioritize answers through prioritize_each: the same scores, one per name asked,
+    # None where the node does not fit or is unknown, repeats answered each time.
+    ledger = fleet(a=[0, 0], b=[50, 50], c=[90, 0], full=[100, 100])
+    placer = Placer(ledger, policy)
+    names = ["c", "unknown", "full", "a", "b", "a"]
+    by_name = placer.prioritize(share(20), names)
+    assert placer.prioritize_each(share(20), names) == [by_name.get(n) for n in names]
+    assert by_name["a"] is not None and "full" not in by_name and "unknown" not in by_name
+
+
 def test_decide_refuses_a_node_that_does_not_fit() -> None:
     ledger = fleet(a=[100])
     with pytest.raises(NoFit, match="node a"):

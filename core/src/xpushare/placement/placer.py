@@ -747,6 +747,22 @@ class Placer:
         scaled = self._scale(self._keys_by_verdict(request, names, verdicts))
         return _by_name(names, verdicts, scaled)
 
+    def prioritize_each(self, request: PodRequest, names: list[str]) -> list[float | None]:
+        """:meth:`prioritize` of each of *names*, in their order (``None``: does not fit).
+
+        What /prioritize answers with: one list aligned with the names it was asked about,
+        read per node through its verdict's identity, instead of a dict by name that the
+        answer then looks up again name by name (two passes over 500 strings a call).
+        """
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.prioritize_each(request, names)
+        if self._scorers:
+            by_name = self._scale(self.scores(request, names))
+            return list(map(by_name.get, names))
+        names, verdicts = self._verdicts(request, names)
+        scaled = self._scale(self._keys_by_verdict(request, names, verdicts))
+        return list(map(scaled.get, map(id, verdicts)))
+
     @staticmethod
     def _scale(raw: Mapping[Any, Score]) -> dict[Any, float]:
         """Keys scaled to [0, 100]: the best 100, the others by their first element."""

@@ -463,18 +463,20 @@ class Extender:
         args = _arguments(args, "ExtenderArgs")
         names, _ = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
-        scores: dict[str, float] = {}
         request = self._dra_request(parsed) or (None if dra_only else parsed.request)
-        if request is not None and request.wants_devices and not self._not_ready():
-            scores = self.placer.prioritize(request, names)
         self.metrics.decisions.labels(verb="prioritize", result="scored").inc()
+        if request is None or not request.wants_devices or self._not_ready():
+            return [{"Host": name, "Score": 0} for name in names]
+        scores = self.placer.prioritize_each(request, names)
         # Scaled once per distinct score (a few dozen), not once per node (500).
         scaled: dict[float | None, int] = {
-            s: round(s * MAX_EXTENDER_SCORE / 100) for s in set(scores.values())
+            s: round(s * MAX_EXTENDER_SCORE / 100) for s in set(scores) if s is not None
         }
         scaled[None] = 0  # a node that does not fit
-        score_of = scores.get
-        return [{"Host": name, "Score": scaled[score_of(name)]} for name in names]
+        return [
+            {"Host": name, "Score": score}
+            for name, score in zip(names, map(scaled.__getitem__, scores), strict=True)
+        ]
 
     # -- /bind -------------------------------------------------------------------------------------
 
