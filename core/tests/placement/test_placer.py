@@ -122,9 +122,13 @@ def test_prioritize_each_is_prioritize_in_the_order_asked(policy: str) -> None:
     ledger = fleet(a=[0, 0], b=[50, 50], c=[90, 0], full=[100, 100])
     placer = Placer(ledger, policy)
     names = ["c", "unknown", "full", "a", "b", "a"]
+    each = placer.prioritize_each(share(20), names)
+    assert [s is None for s in each] == [False, True, True, False, False, False]
+    assert each[3] == each[5] and max(s for s in each if s is not None) == 100.0
+    if policy == "binpack":  # fullest first: b, then c (one GPU of two 90 % used), a empty
+        assert each[4] == 100.0 > each[0] > each[3] == 0.0  # type: ignore[operator]
     by_name = placer.prioritize(share(20), names)
-    assert placer.prioritize_each(share(20), names) == [by_name.get(n) for n in names]
-    assert by_name["a"] is not None and "full" not in by_name and "unknown" not in by_name
+    assert by_name == {n: s for n, s in zip(names, each, strict=True) if s is not None}
 
 
 def test_decide_refuses_a_node_that_does_not_fit() -> None:

@@ -739,16 +739,19 @@ class Placer:
         The best nodes get 100; the others are placed in [0, 99] by the first element of
         their key, so a node second only on a tie-break criterion still scores below them.
         """
-        if request.policy is not None and (other := self.for_request(request)) is not self:
-            return other.prioritize(request, nodes)
-        if self._scorers:
-            return self._scale(self.scores(request, nodes))
-        names, verdicts = self._verdicts(request, nodes)
-        scaled = self._scale(self._keys_by_verdict(request, names, verdicts))
-        return _by_name(names, verdicts, scaled)
+        if nodes is None:
+            names = list(self.ledger.nodes)
+        else:
+            names = nodes if isinstance(nodes, list) else list(nodes)
+        return {
+            name: score
+            for name, score in zip(names, self.prioritize_each(request, names), strict=True)
+            if score is not None
+        }
 
     def prioritize_each(self, request: PodRequest, names: list[str]) -> list[float | None]:
-        """:meth:`prioritize` of each of *names*, in their order (``None``: does not fit).
+        """:meth:`prioritize`'s score of each of *names*, in their order (``None``: the node
+        does not fit or is unknown).
 
         What /prioritize answers with: one list aligned with the names it was asked about,
         read per node through its verdict's identity, instead of a dict by name that the
