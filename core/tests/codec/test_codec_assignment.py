@@ -94,3 +94,43 @@ def test_round_trip(assignment):
     value = encode_assignment(assignment)
     assert decode_assignment(value) == assignment
     assert encode_assignment(decode_assignment(value)) == value
+
+
+def _one(node: str, memory: int) -> PodAssignment:
+    device = DeviceSlice(device_id=f"GPU-{node}", memory_mib=memory, compute_percent=10)
+    return PodAssignment(
+        node=node,
+        containers=(ContainerAssignment(container="main", vendor="mock", devices=(device,)),),
+    )
+
+
+def test_a_value_written_is_read_back_as_the_object_written() -> None:
+    """The scheduler's own writes, read back from the watch: the very object it booked,
+    not a copy validated again; the same object written twice is one value."""
+    from xpushare.codec import assignment as module
+
+    written = _one("memo-node", 1234)
+    value = encode_assignment(written)
+    assert encode_assignment(written) == value
+    assert decode_assignment(value) is written
+    # A copy of the value read by someone else: equal, and the same object again.
+    assert decode_assignment(str(value)) is written
+    read = decode_assignment(encode_assignment(_one("memo-node", 99)).replace("99", "98"))
+    assert read.containers[0].devices[0].memory_mib == 98
+    assert decode_assignment(encode_assignment(read)) is read
+    # Bounded: by count, and long values are never kept.
+    for i in range(module.MEMO_ENTRIES + 10):
+        encode_assignment(_one(f"fill-{i}", 1))
+    assert len(module._MEMO.by_value) <= module.MEMO_ENTRIES
+    assert len(module._MEMO.by_object) <= module.MEMO_ENTRIES
+    long_value = encode_assignment(_one("n" * (module.MEMO_VALUE_BYTES), 1))
+    assert long_value not in module._MEMO.by_value
+
+
+def test_a_bad_value_is_refused_every_time() -> None:
+    good = encode_assignment(_one("memo-bad", 10))
+    bad = good.replace('"memory_mib":10', '"memory_mib":-10')
+    assert bad != good
+    for _ in range(2):
+        with pytest.raises(CodecError):
+            decode_assignment(bad)

@@ -16,10 +16,11 @@ import time
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from sched_helpers import Running, add_nodes, bind_args, create_pod, filter_args, gpu_pod
 
-from xpushare.codec import encode_assignment
+from xpushare.codec import ASSIGNMENT_KEY, encode_assignment
 from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
 from xpushare.scheduler import workers as workers_module
 from xpushare.scheduler.workers import ReservationMirror
@@ -229,8 +230,6 @@ def _assignment(node: str, memory: int = 50_000) -> PodAssignment:
 
 
 def _reserve_line(key: str, node: str = "node-0") -> bytes:
-    import orjson
-
     return orjson.dumps(
         {
             "op": "reserve",
@@ -293,3 +292,50 @@ def test_mirror_refuses_malformed_lines(line: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ReservationMirror(ledger).apply(line)
     assert len(ledger) == 0
+
+
+def _bound_pod(key: str, value: str, node: str = "node-0") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": key,
+            "namespace": "team",
+            "uid": key,
+            "annotations": {ASSIGNMENT_KEY: value},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "main"}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_mirrored_reservation_seen_bound_keeps_its_booking_and_the_node_state() -> None:
+    """The pod's watch event of a reservation the worker mirrored: the same slices, so the
+    booking is confirmed in place. Taking it off and putting it back would change the
+    node's state twice and make every verdict about the node be worked out again."""
+    from xpushare.scheduler.cluster import ClusterState
+
+    ledger = UsageLedger()
+    ledger.set_node("node-0", ())
+    cluster = ClusterState(ledger)
+    mirror = ReservationMirror(ledger, ttl_s=10)
+    line = _reserve_line("a")
+    mirror.apply(line, now=0)
+    state = ledger.node("node-0")
+    assert state is not None
+    version = state.version
+    booked = ledger.entry("a")
+    assert booked is not None and booked.reserved
+    value = orjson.loads(line)["assignment"]
+    cluster.apply_pod(_bound_pod("a", value))
+    entry = ledger.entry("a")
+    assert entry is booked and not entry.reserved
+    assert state.version == version
+    assert ledger.namespace_usage("team")["mock"][0] == 50_000
+    # Bound with other slices than the mirror said: the watch's are counted instead.
+    mirror.apply(_reserve_line("b"), now=0)
+    version = state.version
+    other = encode_assignment(_assignment("node-0", memory=20_000))
+    cluster.apply_pod(_bound_pod("b", other))
+    replaced = ledger.entry("b")
+    assert replaced is not None and not replaced.reserved
+    assert replaced.charges[0].memory == 20_000 and state.version > version
+    assert ledger.namespace_usage("team")["mock"][0] == 70_000

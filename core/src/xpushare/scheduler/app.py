@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiohttp import hdrs, web
+from aiohttp import web
 
 from xpushare.placement import Placer
 from xpushare.plugins import PluginHost
@@ -47,6 +47,14 @@ from xpushare.scheduler.hami_metrics import (
     hami_quota_rows,
 )
 from xpushare.scheduler.handoff import HandoffManager
+from xpushare.scheduler.httpserver import (
+    Handler,
+    HttpServer,
+    Limits,
+    Reply,
+    Request,
+    plain_error,
+)
 from xpushare.scheduler.informer import Handlers, Informer
 from xpushare.scheduler.kube import Kube
 from xpushare.scheduler.leader import LeaderElector
@@ -64,9 +72,7 @@ from xpushare.scheduling.quota import QuotaBook, QuotaResource
 
 log = logging.getLogger(__name__)
 
-#: Size of the chunks a request body is read in, below the cap check granularity.
-_CHUNK = 64 * 1024
-
+_TEXT = "text/plain; charset=utf-8"
 
 #: Content codings a request body may carry. kube-scheduler and the API server never compress
 #: what they send (Go's client compresses nothing it uploads), so a compressed body is refused
@@ -75,18 +81,6 @@ _IDENTITY = frozenset({"", "identity"})
 
 #: The connection guard of the listener an application is served on.
 GUARD: web.AppKey[ConnectionGuard] = web.AppKey("xpushare-connection-guard", ConnectionGuard)
-
-
-class TooLarge(Exception):
-    pass
-
-
-class BadEncoding(Exception):
-    """The body carries a Content-Encoding other than identity."""
-
-
-class SlowBody(Exception):
-    """The body did not arrive within ``server.body_timeout_s``."""
 
 
 class CertificateReloader:
@@ -291,6 +285,7 @@ class Scheduler:
         self.freeze_gc = freeze_gc
         self._tasks: list[asyncio.Task[Any]] = []
         self._runners: list[web.AppRunner] = []
+        self._servers: list[HttpServer] = []
         self.ports: dict[str, int] = {}
 
     # -- state -------------------------------------------------------------------------------------
@@ -362,133 +357,113 @@ class Scheduler:
 
     # -- HTTP --------------------------------------------------------------------------------------
 
-    async def _body(self, request: web.Request) -> bytes:
-        codings = [
-            token.strip().lower()
-            for value in request.headers.getall(hdrs.CONTENT_ENCODING, [])
-            for token in value.split(",")
-        ]
-        bad = [c for c in codings if c not in _IDENTITY]
-        if bad:
-            raise BadEncoding(", ".join(bad))
-        cap = self.config.server.max_body_bytes
-        if request.content_length is not None and request.content_length > cap:
-            raise TooLarge()
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(self.config.server.body_timeout_s):
-                async for chunk in request.content.iter_chunked(_CHUNK):
-                    size += len(chunk)
-                    if size > cap:
-                        raise TooLarge()
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise SlowBody() from None
-        return b"".join(chunks)
-
-    def _error(self, verb: str, status: int, reason: str, message: str) -> web.Response:
+    def _error(
+        self,
+        verb: str,
+        status: int,
+        reason: str,
+        message: str,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> Reply:
         self.metrics.failures.labels(verb=verb, reason=reason).inc()
         body = {"Error": message} if verb != "webhook" else {"error": message}
-        return web.json_response(body, status=status)
+        return Reply(status, orjson.dumps(body), headers=headers)
 
-    def _route(
-        self, verb: str, handler: Callable[[Any], Any]
-    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    def _route(self, verb: str, handler: Callable[[Any], Any]) -> Handler:
+        """The HTTP handler of one JSON verb: refuse what is not JSON, answer what it says.
+
+        Synchronous for a synchronous *handler* (/filter, /prioritize, the webhook): the
+        server calls it inline and writes its answer, no task made (httpserver.py).
+        """
         histogram = self.metrics.request_seconds.labels(verb=verb)
 
-        async def handle(request: web.Request) -> web.StreamResponse:
+        def handle(request: Request) -> Reply | Awaitable[Reply]:
+            # Timed from here: the time to receive the body is the network's and the
+            # client's; from here on (parse, decide, encode) it is ours.
             started = time.perf_counter()
-            try:
-                try:
-                    raw = await self._body(request)
-                    # Timed from here: the time to receive the body is the network's and the
-                    # client's; from here on (parse, decide, encode) it is ours.
-                    started = time.perf_counter()
-                    # orjson: a fifth of the standard parser's time on 500-name bodies,
-                    # and it refuses NaN, lone surrogates and depth past 1,024 itself.
-                    body = orjson.loads(raw)
-                except TooLarge:
+            coding = request.headers.get("content-encoding")
+            if coding is not None:
+                bad = [
+                    t for t in (c.strip().lower() for c in coding.split(",")) if t not in _IDENTITY
+                ]
+                if bad:
+                    histogram.observe(time.perf_counter() - started)
                     return self._error(
-                        verb,
-                        413,
-                        "body-too-large",
-                        f"request body larger than {self.config.server.max_body_bytes} bytes "
-                        "(server.max_body_bytes)",
-                    )
-                except BadEncoding as exc:
-                    response = self._error(
                         verb,
                         415,
                         "bad-encoding",
-                        f"request body has Content-Encoding {exc}; only uncompressed (identity) "
-                        "bodies are accepted",
+                        f"request body has Content-Encoding {', '.join(bad)}; only uncompressed "
+                        "(identity) bodies are accepted",
+                        (("Accept-Encoding", "identity"),),
                     )
-                    response.headers[hdrs.ACCEPT_ENCODING] = "identity"
-                    return response
-                except SlowBody:
-                    guard = request.app.get(GUARD)
-                    if guard is not None:
-                        guard.close_after(request)
-                    response = self._error(
-                        verb,
-                        408,
-                        "body-timeout",
-                        f"request body not received within {self.config.server.body_timeout_s} s "
-                        "(server.body_timeout_s)",
-                    )
-                    response.force_close()
-                    return response
-                except web.RequestPayloadError as exc:
-                    # A malformed chunked encoding or a body shorter than its Content-Length.
-                    return self._error(
-                        verb, 400, "bad-body", f"request body could not be read: {exc}"
-                    )
-                except (ValueError, RecursionError) as exc:
-                    return self._error(
-                        verb, 400, "bad-json", f"request body is not valid JSON: {exc}"
-                    )
-                try:
-                    result = handler(body)
-                    if asyncio.iscoroutine(result):
-                        result = await result
-                except (BadRequest, BadReview) as exc:
-                    return self._error(verb, 400, "bad-request", str(exc))
-                except Exception as exc:  # a bug: answer, log, never crash the server
-                    log.exception("%s failed", verb)
-                    return self._error(
-                        verb, 500, "internal", f"internal error in {verb}: {type(exc).__name__}"
-                    )
-                try:
-                    payload = orjson.dumps(result)
-                except TypeError as exc:  # a bug (a value JSON has no form for), not the caller's
-                    log.error("%s answered what JSON cannot carry: %s", verb, exc)
-                    return self._error(verb, 500, "internal", f"internal error in {verb}: {exc}")
-                # Server-side time (read, decide, encode) for operators and the benchmark.
-                spent_ms = (time.perf_counter() - started) * 1000
-                return web.Response(
-                    body=payload,
-                    content_type="application/json",
-                    headers={"Server-Timing": f"app;dur={spent_ms:.3f}"},
+            try:
+                # orjson: a fifth of the standard parser's time on 500-name bodies, and it
+                # refuses NaN, lone surrogates and depth past 1,024 itself.
+                body = orjson.loads(request.body)
+            except (ValueError, RecursionError) as exc:
+                return self._done(
+                    verb,
+                    self._error(verb, 400, "bad-json", f"request body is not valid JSON: {exc}"),
+                    started,
                 )
-            finally:
-                histogram.observe(time.perf_counter() - started)
+            try:
+                result = handler(body)
+            except (BadRequest, BadReview) as exc:
+                return self._done(verb, self._error(verb, 400, "bad-request", str(exc)), started)
+            except Exception as exc:  # a bug: answer, log, never crash the server
+                log.exception("%s failed", verb)
+                return self._done(verb, self._internal(verb, exc), started)
+            if asyncio.iscoroutine(result):
+                return self._awaited(verb, result, started)
+            return self._answer(verb, result, started)
 
         return handle
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    def _internal(self, verb: str, exc: Exception) -> Reply:
+        return self._error(verb, 500, "internal", f"internal error in {verb}: {type(exc).__name__}")
 
-    async def _readyz(self, request: web.Request) -> web.Response:
+    def _done(self, verb: str, reply: Reply, started: float) -> Reply:
+        self.metrics.request_seconds.labels(verb=verb).observe(time.perf_counter() - started)
+        return reply
+
+    async def _awaited(self, verb: str, result: Awaitable[Any], started: float) -> Reply:
+        try:
+            value = await result
+        except (BadRequest, BadReview) as exc:
+            return self._done(verb, self._error(verb, 400, "bad-request", str(exc)), started)
+        except Exception as exc:  # a bug: answer, log, never crash the server
+            log.exception("%s failed", verb)
+            return self._done(verb, self._internal(verb, exc), started)
+        return self._answer(verb, value, started)
+
+    def _answer(self, verb: str, result: Any, started: float) -> Reply:
+        try:
+            payload = orjson.dumps(result)
+        except TypeError as exc:  # a bug (a value JSON has no form for), not the caller's
+            log.error("%s answered what JSON cannot carry: %s", verb, exc)
+            return self._done(
+                verb,
+                self._error(verb, 500, "internal", f"internal error in {verb}: {exc}"),
+                started,
+            )
+        # Server-side time (parse, decide, encode) for operators and the benchmark.
+        spent = time.perf_counter() - started
+        self.metrics.request_seconds.labels(verb=verb).observe(spent)
+        return Reply(200, payload, headers=(("Server-Timing", f"app;dur={spent * 1000:.3f}"),))
+
+    def _healthz(self, request: Request) -> Reply:
+        return Reply(200, b"ok", _TEXT)
+
+    def _readyz(self, request: Request) -> Reply:
         if not self.cluster.synced:
-            return web.Response(status=503, text="caches not synced")
+            return Reply(503, b"caches not synced", _TEXT)
         if not self.is_leader():
-            return web.Response(status=503, text="not the leader")
+            return Reply(503, b"not the leader", _TEXT)
         if self.workers is not None and not self.workers.synced:
-            return web.Response(status=503, text=self.workers.describe())
-        return web.Response(text="ok")
+            return Reply(503, self.workers.describe().encode(), _TEXT)
+        return Reply(200, b"ok", _TEXT)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
+    async def _metrics(self, request: Request) -> Reply:
         rows = ledger_rows(self.ledger)
         namespaces = namespace_rows(self.ledger)
         quotas = quota_rows(self.ledger, self.cluster.quotas)
@@ -500,38 +475,40 @@ class Scheduler:
                 hami_container_rows(self.ledger, self.cluster.pods),
             )
         text = await asyncio.to_thread(self.metrics.render, rows, namespaces, quotas, hami)
-        return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
+        return Reply(200, text, "text/plain; version=0.0.4")
 
-    def web_app(self, *, probes_only: bool = False) -> web.Application:
-        # The body cap is enforced while reading (413); aiohttp's own cap would answer first.
-        app = web.Application(client_max_size=self.config.server.max_body_bytes + 1)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
+    def routes(
+        self, *, probes_only: bool = False
+    ) -> tuple[dict[str, dict[str, Handler]], dict[str, str]]:
+        """The listener's routes (path -> method -> handler), and the verb of each JSON path
+        (the server's own refusals of a request to it are worded and counted as the verb's)."""
+        routes: dict[str, dict[str, Handler]] = {
+            "/healthz": {"GET": self._healthz},
+            "/readyz": {"GET": self._readyz},
+            "/metrics": {"GET": self._metrics},
+        }
+        verbs: dict[str, str] = {}
         if probes_only:
-            return app
+            return routes, verbs
         prefix = self.config.server.extender_prefix.rstrip("/")
-        app.router.add_post(f"{prefix}/filter", self._route("filter", self.extender.filter))
-        app.router.add_post(
-            f"{prefix}/prioritize", self._route("prioritize", self.extender.prioritize)
-        )
-        # The second extender entry of DRA mode (docs/dra.md): no managedResources, so it is
-        # asked about every pod, and answers only those that name claims.
-        app.router.add_post(
-            f"{prefix}/dra/filter",
-            self._route("dra-filter", partial(self.extender.filter, dra_only=True)),
-        )
-        app.router.add_post(
-            f"{prefix}/dra/prioritize",
-            self._route("dra-prioritize", partial(self.extender.prioritize, dra_only=True)),
-        )
-        if self.worker:
-            return app  # no bind, no webhook: the leader's
-        app.router.add_post(f"{prefix}/bind", self._route("bind", self.extender.bind))
-        app.router.add_post(
-            self.config.server.webhook_path, self._route("webhook", self.webhook.review)
-        )
-        return app
+        handlers: dict[str, tuple[str, Callable[[Any], Any]]] = {
+            f"{prefix}/filter": ("filter", self.extender.filter),
+            f"{prefix}/prioritize": ("prioritize", self.extender.prioritize),
+            # The second extender entry of DRA mode (docs/dra.md): no managedResources, so
+            # it is asked about every pod, and answers only those that name claims.
+            f"{prefix}/dra/filter": ("dra-filter", partial(self.extender.filter, dra_only=True)),
+            f"{prefix}/dra/prioritize": (
+                "dra-prioritize",
+                partial(self.extender.prioritize, dra_only=True),
+            ),
+        }
+        if not self.worker:  # a worker has no bind and no webhook: the leader's
+            handlers[f"{prefix}/bind"] = ("bind", self.extender.bind)
+            handlers[self.config.server.webhook_path] = ("webhook", self.webhook.review)
+        for path, (verb, handler) in handlers.items():
+            routes[path] = {"POST": self._route(verb, handler)}
+            verbs[path] = verb
+        return routes, verbs
 
     # -- life cycle --------------------------------------------------------------------------------
 
@@ -561,9 +538,9 @@ class Scheduler:
             if listen_sock is None:
                 raise ValueError("a filter worker needs the listening socket of its leader")
             ensure_descriptors(server.max_connections + FD_RESERVE)
-            self.ports["filter"] = await self._listen(
+            self.ports["filter"] = await self._serve(
                 "filter",
-                self.web_app(),
+                self.routes(),
                 server.host,
                 0,
                 self.tls.context if self.tls else None,
@@ -572,16 +549,16 @@ class Scheduler:
             return
         listeners = (2 if server.metrics_port else 1) + (1 if self.web is not None else 0)
         ensure_descriptors(listeners * server.max_connections + FD_RESERVE)
-        self.ports["main"] = await self._listen(
+        self.ports["main"] = await self._serve(
             "main",
-            self.web_app(),
+            self.routes(),
             server.host,
             server.port,
             self.tls.context if self.tls else None,
         )
         if server.metrics_port:
-            self.ports["metrics"] = await self._listen(
-                "metrics", self.web_app(probes_only=True), server.host, server.metrics_port, None
+            self.ports["metrics"] = await self._serve(
+                "metrics", self.routes(probes_only=True), server.host, server.metrics_port, None
             )
         if self.web is not None:
             # Its own port, plain HTTP, localhost by default (docs/web-view.md).
@@ -592,18 +569,9 @@ class Scheduler:
         if self.workers is not None:
             self.ports["filter"] = await self.workers.start()
 
-    async def _listen(
-        self,
-        name: str,
-        app: web.Application,
-        host: str,
-        port: int,
-        context: ssl.SSLContext | None,
-        *,
-        sock: socket.socket | None = None,
-    ) -> int:
+    def _guard(self, name: str) -> ConnectionGuard:
         server = self.config.server
-        guard = ConnectionGuard(
+        return ConnectionGuard(
             name,
             ConnectionLimits(
                 header_timeout_s=server.header_timeout_s,
@@ -615,6 +583,53 @@ class Scheduler:
                 listener=name, reason=reason
             ).inc(),
         )
+
+    async def _serve(
+        self,
+        name: str,
+        routes: tuple[dict[str, dict[str, Handler]], dict[str, str]],
+        host: str,
+        port: int,
+        context: ssl.SSLContext | None,
+        *,
+        sock: socket.socket | None = None,
+    ) -> int:
+        """A listener of the scheduler's own server (httpserver.py): the verbs and probes."""
+        server = self.config.server
+        table, verbs = routes
+
+        def refused(path: str, status: int, reason: str, message: str) -> Reply:
+            verb = verbs.get(path)
+            if verb is None:
+                return plain_error(path, status, reason, message)
+            return self._error(verb, status, reason, message)
+
+        listener = HttpServer(
+            table,
+            self._guard(name),
+            Limits(
+                header_timeout_s=server.header_timeout_s,
+                body_timeout_s=server.body_timeout_s,
+                idle_timeout_s=server.idle_timeout_s,
+                max_body_bytes=server.max_body_bytes,
+            ),
+            on_error=refused,
+        )
+        bound = await listener.start(host, port, ssl_context=context, sock=sock)
+        self._servers.append(listener)
+        return bound
+
+    async def _listen(
+        self,
+        name: str,
+        app: web.Application,
+        host: str,
+        port: int,
+        context: ssl.SSLContext | None,
+    ) -> int:
+        """A listener of an aiohttp application (the web view)."""
+        server = self.config.server
+        guard = self._guard(name)
         app[GUARD] = guard
         app.middlewares.append(guard.middleware)
         runner = web.AppRunner(
@@ -629,7 +644,7 @@ class Scheduler:
             keepalive_timeout=server.idle_timeout_s,
         )
         await runner.setup()
-        site = GuardedSite(runner, host, port, guard, ssl_context=context, sock=sock)
+        site = GuardedSite(runner, host, port, guard, ssl_context=context)
         await site.start()
         self._runners.append(runner)
         return site.port
@@ -666,6 +681,9 @@ class Scheduler:
                 await task
         self._tasks.clear()
         await self.events.stop()
+        for listener in self._servers:
+            await listener.close()
+        self._servers.clear()
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()

@@ -455,8 +455,20 @@ class ClusterState:
                 self.ledger.remove(key)
             self._forget(key)
             return
-        if entry is None or entry.reserved or entry.assignment != assignment:
-            self.ledger.add(key, assignment, namespace=ob.namespace(obj))
+        namespace = ob.namespace(obj)
+        if (
+            entry is not None
+            and entry.reserved
+            and entry.namespace == namespace
+            and (entry.assignment is assignment or entry.assignment == assignment)
+        ):
+            # The bind this process (or its leader) reserved, now seen bound: the same
+            # slices, so the booking stays as it is (as the leader's own confirm after the
+            # Binding does) instead of being taken off and put back, which would change
+            # the node's state twice and make every verdict about it be worked out again.
+            self.ledger.confirm(key)
+        elif entry is None or entry.reserved or entry.assignment != assignment:
+            self.ledger.add(key, assignment, namespace=namespace)
         if record is None:
             record = PodRecord(
                 key,
