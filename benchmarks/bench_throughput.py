@@ -95,6 +95,8 @@ def _cluster(
         for i in range(pods):
             size = rng.choice((4000, 8000, 10000, 16000, 20000, 40000))
             obj = pod(f"p-{i:06d}", limits={gpu: "1", mem: str(size)})
+            # As the webhook leaves it: kube-scheduler's profile for us picks it up by name.
+            obj["spec"]["schedulerName"] = "xpushare-scheduler"
             if pod_policies and i % 2:
                 obj["metadata"].setdefault("annotations", {}).update(
                     POD_POLICIES[(i // 2) % len(POD_POLICIES)]

@@ -107,6 +107,7 @@ def _one(node: str, memory: int) -> PodAssignment:
 def test_a_value_written_is_read_back_as_the_object_written() -> None:
     """The scheduler's own writes, read back from the watch: the very object it booked,
     not a copy validated again; the same object written twice is one value."""
+    from xpushare.codec import _memo
     from xpushare.codec import assignment as module
 
     written = _one("memo-node", 1234)
@@ -119,11 +120,11 @@ def test_a_value_written_is_read_back_as_the_object_written() -> None:
     assert read.containers[0].devices[0].memory_mib == 98
     assert decode_assignment(encode_assignment(read)) is read
     # Bounded: by count, and long values are never kept.
-    for i in range(module.MEMO_ENTRIES + 10):
+    for i in range(_memo.MEMO_ENTRIES + 10):
         encode_assignment(_one(f"fill-{i}", 1))
-    assert len(module._MEMO.by_value) <= module.MEMO_ENTRIES
-    assert len(module._MEMO.by_object) <= module.MEMO_ENTRIES
-    long_value = encode_assignment(_one("n" * (module.MEMO_VALUE_BYTES), 1))
+    assert len(module._MEMO.by_value) <= _memo.MEMO_ENTRIES
+    assert len(module._MEMO.by_object) <= _memo.MEMO_ENTRIES
+    long_value = encode_assignment(_one("n" * (_memo.MEMO_VALUE_BYTES), 1))
     assert long_value not in module._MEMO.by_value
 
 

@@ -124,3 +124,17 @@ def test_encoder_refuses_what_is_not_a_valid_handoff():
     broken = Handoff.model_construct(pod=POD, vendors=(), allocated=(), since=0.0, expires=1.0)
     with pytest.raises(CodecError, match="of node 'n2': refusing to write vendors"):
         encode_handoff(broken, node="n2")
+
+
+def test_a_handoff_written_is_read_back_as_the_object_written():
+    """The leader's handoff, read back from the node's watch event: the very object it
+    wrote, not a copy validated again; a bad value is refused however often it comes."""
+    written = handoff(since=1_700_000_100.5, expires=1_700_000_120.5)
+    value = encode_handoff(written)
+    assert encode_handoff(written) == value
+    assert decode_handoff(value) is written
+    bad = value.replace('"expires":1700000120.5', '"expires":1.0')
+    assert bad != value
+    for _ in range(2):
+        with pytest.raises(CodecError):
+            decode_handoff(bad)

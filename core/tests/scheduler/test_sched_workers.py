@@ -101,6 +101,25 @@ async def test_worker_counts_a_reservation_before_any_api_write(
     await _until_fits(http, url, second, names, set(names))
 
 
+async def test_with_workers_a_bind_reads_its_pod_from_the_watch_not_the_api(
+    api: FakeApiServer, scheduler_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    """/filter runs in the worker, so the leader never sees kube-scheduler's copy of the pod;
+    it keeps the pods waiting for it from its own watch instead of a GET at every /bind."""
+    add_nodes(api, 1, "1x A100-80GB")
+    ours = gpu_pod("ours", gpu="1", mem="1000")
+    ours["spec"]["schedulerName"] = "xpushare-scheduler"
+    other = gpu_pod("other", gpu="1", mem="1000")  # another scheduler's: not kept
+    running = await scheduler_factory(**WORKER, **{"kube.server": api.url})
+    await _ready(running)
+    ours, other = create_pod(api, ours), create_pod(api, other)
+    await running.settle(api)
+    for obj in (ours, other):
+        assert (await running.post(http, "bind", bind_args(obj, "node-0")))["Error"] == ""
+    gets = [r.path for r in api.requests if r.method == "GET" and "/pods/" in r.path]
+    assert gets == ["/api/v1/namespaces/default/pods/other"]
+
+
 async def test_worker_drops_what_the_leader_released(
     api: FakeApiServer, scheduler_factory: Any, http: aiohttp.ClientSession
 ) -> None:
@@ -339,3 +358,31 @@ def test_a_mirrored_reservation_seen_bound_keeps_its_booking_and_the_node_state(
     assert replaced is not None and not replaced.reserved
     assert replaced.charges[0].memory == 20_000 and state.version > version
     assert ledger.namespace_usage("team")["mock"][0] == 70_000
+
+
+def test_a_worker_keeps_handoffs_raw_and_decodes_none() -> None:
+    """A filter worker never binds, so it never waits on a handoff: it keeps the value
+    (the node changed) without decoding it, and a garbled one is not its to report."""
+    from xpushare.codec import HANDOFF_KEY, Handoff, encode_handoff
+    from xpushare.models import PodRef
+    from xpushare.scheduler.cluster import ClusterState
+
+    value = encode_handoff(
+        Handoff.begin(PodRef(namespace="team", name="p", uid="u"), ["mock"], now=10, ttl_s=30)
+    )
+    reports: list[str] = []
+    for handoffs in (True, False):
+        cluster = ClusterState(
+            UsageLedger(), handoffs=handoffs, report=lambda *args: reports.append(args[2])
+        )
+        for version, raw in (("1", value), ("2", "{garbled")):
+            node = {"metadata": {"name": "n", "resourceVersion": version}}
+            node["metadata"]["annotations"] = {HANDOFF_KEY: raw}  # type: ignore[index]
+            cluster.apply_node(node)
+            record = cluster.nodes["n"]
+            assert record.handoff_raw == raw
+            if handoffs and raw == value:
+                assert record.handoff is not None and record.handoff.pod.name == "p"
+            else:
+                assert record.handoff is None
+    assert reports == [HANDOFF_KEY]  # the leader's garbled value, once; the worker's none

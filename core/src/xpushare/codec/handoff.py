@@ -13,6 +13,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from xpushare.codec import _safejson as sj
+from xpushare.codec._memo import ValueMemo
 from xpushare.codec.keys import HANDOFF_KEY, MAX_TERM
 from xpushare.models import PodRef
 
@@ -106,8 +107,16 @@ class Handoff(BaseModel):
         )
 
 
+#: A handoff the leader wrote is read back from the node's watch event moments later.
+_MEMO: ValueMemo[Handoff] = ValueMemo()
+
+
 def encode_handoff(handoff: Handoff, *, node: str | None = None) -> str:
     """The value of ``xpushare.io/handoff``; *node* names errors."""
+    if type(handoff) is Handoff:
+        known = _MEMO.encoded(handoff)
+        if known is not None:
+            return known
     what = sj.describe(HANDOFF_KEY, node=node)
     if not isinstance(handoff, Handoff):
         sj.fail(what, f"expected a Handoff, got {type(handoff).__name__}", "a caller bug")
@@ -117,12 +126,20 @@ def encode_handoff(handoff: Handoff, *, node: str | None = None) -> str:
         sj.fail(what, f"refusing to write {sj.validation_problem(exc)}", "a scheduler bug")
     what = sj.describe(HANDOFF_KEY, node=node, pod=str(checked.pod))
     wire = {"v": sj.FORMAT_VERSION, **checked.model_dump(mode="json")}
-    return sj.write(wire, what, "the pod's name or vendor list is unreasonably long")
+    value = sj.write(wire, what, "the pod's name or vendor list is unreasonably long")
+    if type(handoff) is Handoff and checked == handoff:
+        _MEMO.remember(value, handoff)
+    return value
 
 
 def decode_handoff(value: str, *, node: str | None = None) -> Handoff:
     """Read ``xpushare.io/handoff``; *node* names errors."""
+    known = _MEMO.decoded(value)
+    if known is not None:
+        return known
     what = sj.describe(HANDOFF_KEY, node=node)
     data = sj.load_json(value, what, _HINT)
     fields = sj.split_version(data, what, _HINT)
-    return sj.validate(Handoff, fields, what, _HINT)
+    handoff = sj.validate(Handoff, fields, what, _HINT)
+    _MEMO.remember(value, handoff)
+    return handoff

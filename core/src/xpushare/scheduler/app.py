@@ -172,7 +172,9 @@ class Scheduler:
         # The placer first: it gives the vendors their request defaults (memory units), which
         # the quotas' memory caps count in.
         self.placer = Placer(self.ledger, host=host, config=placement)
-        self.cluster = ClusterState(self.ledger, report=self._report, quotas=quota_book(host))
+        self.cluster = ClusterState(
+            self.ledger, report=self._report, quotas=quota_book(host), handoffs=not worker
+        )
         #: DRA mode's allocated claims, booked into the same ledger (docs/dra.md).
         self.claims: ClaimBook | None = None
         if config.dra.enabled:
@@ -237,7 +239,7 @@ class Scheduler:
             Informer(
                 kube,
                 "pods",
-                Handlers(self._replace_pods, self.cluster.apply_pod, self.cluster.delete_pod),
+                Handlers(self._replace_pods, self._apply_pod, self.cluster.delete_pod),
                 watch_timeout_s=timeout,
                 on_error=self._watch_error,
             ),
@@ -316,9 +318,33 @@ class Scheduler:
         self.metrics.synced.set(1 if self.cluster.synced else 0)
         self._warm_web()
 
+    def _apply_pod(self, obj: ob.Object) -> None:
+        self.cluster.apply_pod(obj)
+        self._remember_pending(obj)
+
+    def _remember_pending(self, obj: ob.Object) -> None:
+        """Keep a pod waiting for this scheduler where /bind looks first.
+
+        With filter workers, /filter (where the extender remembers the pod kube-scheduler
+        sends) runs in another process, so without this every /bind would GET its pod from
+        the API server. The watch's copy serves as well: /bind's Binding is conditioned on
+        the resourceVersion it read, so a copy that is already stale is refused, never
+        acted on.
+        """
+        if (
+            self.workers is not None
+            and not ob.node_name(obj)
+            and ob.spec(obj).get("schedulerName") == self.config.scheduler_name
+            and ob.phase(obj) not in ob.FINISHED_PHASES
+        ):
+            self.extender.remember(obj)
+
     def _replace_pods(self, items: Any) -> None:
         first = not self.cluster.pods_synced
+        items = list(items)
         self.cluster.replace_pods(items)
+        for obj in items:
+            self._remember_pending(obj)
         self.metrics.synced.set(1 if self.cluster.synced else 0)
         self._warm_web()
         if first and self.freeze_gc:

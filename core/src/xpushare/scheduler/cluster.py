@@ -138,8 +138,13 @@ class ClusterState:
         report: Reporter | None = None,
         clock: Callable[[], float] = time.time,
         quotas: QuotaBook | None = None,
+        handoffs: bool = True,
     ) -> None:
         self.ledger = ledger
+        #: Whether nodes' handoffs are read (``NodeRecord.handoff``): only a process that
+        #: binds waits for them; a filter worker keeps the raw value and decodes nothing
+        #: (one decode a bind, a tenth of a millisecond it never uses).
+        self.handoffs = handoffs
         #: The namespaces' device quotas (``None``: not watched, none enforced).
         self.quotas = quotas
         self._clock = clock
@@ -337,7 +342,7 @@ class ClusterState:
             record.handoff = None
             record.handoff_error = None
             record.handoff_seen = self._clock()
-            if raw is not None:
+            if raw is not None and self.handoffs:
                 try:
                     record.handoff = decode_handoff(raw, node=name)
                 except CodecError as exc:

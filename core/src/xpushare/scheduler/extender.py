@@ -272,7 +272,8 @@ class Extender:
         if flag is not None:
             flag.set()
 
-    def _remember(self, pod: ob.Object) -> None:
+    def remember(self, pod: ob.Object) -> None:
+        """Keep *pod* for its /bind (the latest copy of it wins; bounded, oldest out)."""
         # By namespace/name: /bind names the pod so, and may come without its UID.
         key = f"{ob.namespace(pod)}/{ob.name(pod)}"
         self._pods[key] = pod
@@ -378,7 +379,7 @@ class Extender:
             self.metrics.decisions.labels(verb="filter", result="refused").inc()
             self._event(parsed.pod, "Warning", "IsolationRefused", refused)
             return answer([])
-        self._remember(parsed.pod)
+        self.remember(parsed.pod)
         result = self.feasibility.check(request, names)
         if self.cluster.dra_nodes and not _whole_devices(request):
             self._off_dra_nodes(request, result.fits, unresolvable)
