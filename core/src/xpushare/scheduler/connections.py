@@ -20,9 +20,11 @@ A connection past its deadline is aborted. At most ``max_connections`` are open 
 listener; one more is answered 503 and closed at once, so the clients already connected
 keep being served and the other listener (probes, metrics) keeps its own budget.
 
-The guard sits between asyncio's transport and aiohttp's protocol object as a transparent
-protocol: it forwards every callback and only adds the timers; the request phases come from
-an aiohttp middleware. Nothing of aiohttp's private state is touched.
+The scheduler's own listeners (``httpserver.py``) keep these deadlines themselves and use
+the guard for the count and the cap. For an aiohttp application (the web view) the guard
+sits between asyncio's transport and aiohttp's protocol object as a transparent protocol: it
+forwards every callback and only adds the timers; the request phases come from an aiohttp
+middleware. Nothing of aiohttp's private state is touched.
 """
 
 from __future__ import annotations
@@ -74,6 +76,34 @@ def _busy_answer(limit: int) -> bytes:
     return head + text
 
 
+#: Why a connection was cut, by the phase its deadline passed in.
+CLOSE_REASONS = {"headers": "header-timeout", "idle": "idle-timeout", "closing": "close-timeout"}
+
+
+class Deadline:
+    """A connection's one deadline at a time: armed anew for each phase, cancelled when a
+    request is being answered (its handler bounds its own work)."""
+
+    __slots__ = ("_expired", "_timer")
+
+    def __init__(self, expired: Callable[[], None]) -> None:
+        self._expired = expired
+        self._timer: asyncio.TimerHandle | None = None
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def arm(self, seconds: float) -> None:
+        self.cancel()
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._expired()
+
+
 class _Connection(asyncio.Protocol):
     """One connection: forwards to aiohttp's protocol and keeps the connection's deadline."""
 
@@ -82,7 +112,7 @@ class _Connection(asyncio.Protocol):
         self._make_inner = make_inner
         self._inner: asyncio.Protocol | None = None
         self._transport: asyncio.Transport | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = Deadline(self._expired)
         self.phase = "headers"
         self._close_after = False
 
@@ -151,26 +181,16 @@ class _Connection(asyncio.Protocol):
     # -- the deadline ------------------------------------------------------------------------
 
     def _cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
 
     def _arm(self, seconds: float) -> None:
-        self._cancel()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(seconds, self._expired)
+        self._deadline.arm(seconds)
 
     def _expired(self) -> None:
-        self._timer = None
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        reason = {
-            "headers": "header-timeout",
-            "idle": "idle-timeout",
-            "closing": "close-timeout",
-        }.get(self.phase, self.phase)
-        self._guard.closed(reason)
+        self._guard.closed(CLOSE_REASONS.get(self.phase, self.phase))
         # abort, not close: close() waits for the write buffer to drain, and a client that
         # stopped reading would keep it full.
         transport.abort()

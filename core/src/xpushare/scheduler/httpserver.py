@@ -47,7 +47,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, cast
 
-from xpushare.scheduler.connections import CLOSE_GRACE_S, ConnectionGuard
+from xpushare.scheduler.connections import CLOSE_GRACE_S, CLOSE_REASONS, ConnectionGuard, Deadline
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ class HttpConnection(asyncio.Protocol):
         self._limits = server.limits
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = Deadline(self._expired)
         self.phase = "headers"
         #: The request whose body is being read: (method, path, query, headers, close, head).
         self._pending: tuple[str, str, str, dict[str, str], bool, bool] | None = None
@@ -524,24 +524,19 @@ class HttpConnection(asyncio.Protocol):
     # -- the deadline ------------------------------------------------------------------------
 
     def _cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
 
     def _arm(self, seconds: float) -> None:
-        self._cancel()
-        self._timer = asyncio.get_running_loop().call_later(seconds, self._expired)
+        self._deadline.arm(seconds)
 
     def _expired(self) -> None:
-        self._timer = None
         transport = self._transport
         if transport is None or (transport.is_closing() and self.phase != "closing"):
             return
         if self.phase == "body" and self._pending is not None:
             # As slow as a client that never sends it: say so, then close.
-            path = self._pending[1]
             self._refuse(
-                path,
+                self._pending[1],
                 _Refuse(
                     408,
                     "body-timeout",
@@ -550,14 +545,8 @@ class HttpConnection(asyncio.Protocol):
                 ),
             )
             return
-        reason = {
-            "headers": "header-timeout",
-            "idle": "idle-timeout",
-            "closing": "close-timeout",
-        }.get(self.phase, self.phase)
-        self._guard.closed(reason)
-        # abort, not close: close() waits for the write buffer to drain, and a client that
-        # stopped reading would keep it full.
+        self._guard.closed(CLOSE_REASONS.get(self.phase, self.phase))
+        # abort, not close: a client that stopped reading would keep the buffer full.
         transport.abort()
 
 
