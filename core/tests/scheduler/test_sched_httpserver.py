@@ -217,3 +217,17 @@ async def test_a_slow_body_is_a_408_and_closed(server: int) -> None:
         assert re.search(rb"server\.body_timeout_s", data)
     finally:
         writer.close()
+
+
+async def test_a_client_that_half_closes_after_its_request_gets_the_answer(server: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server)
+    try:
+        writer.write(_post("/slow", b"half"))
+        await writer.drain()
+        writer.write_eof()
+        async with asyncio.timeout(10):
+            data = await reader.read()  # the answer, then the server's close
+        assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"slow:half")
+        assert b"Connection: close" in data
+    finally:
+        writer.close()

@@ -121,15 +121,10 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport: asyncio's own, or uvloop's, which has the same methods but
         # is not a subclass (so no isinstance check here).
-        stream = self._transport = cast("asyncio.Transport", transport)
+        self._transport = cast("asyncio.Transport", transport)
         guard = self._guard
-        if guard.active >= guard.limits.max_connections:
-            # Refused before aiohttp sees it: no handler, no parser, no buffers.
-            guard.closed("over-capacity")
-            stream.write(guard.busy_answer)
-            stream.close()
-            return
-        guard.opened(transport, self)
+        if not guard.admit(transport, self):
+            return  # refused before aiohttp sees it: no handler, no parser, no buffers
         self._arm(guard.limits.header_timeout_s)
         self._inner = self._make_inner()
         self._inner.connection_made(transport)
@@ -211,7 +206,9 @@ class ConnectionGuard:
         self.limits = limits
         self.active = 0
         self.busy_answer = _busy_answer(limits.max_connections)
-        self._connections: dict[asyncio.BaseTransport, _Connection] = {}
+        #: Each open connection's protocol (``_Connection`` here, or ``HttpConnection`` of
+        #: httpserver.py): what ``close_after`` reaches.
+        self._connections: dict[asyncio.BaseTransport, Any] = {}
         self._on_active = on_active or (lambda n: None)
         self._on_closed = on_closed or (lambda reason: None)
 
@@ -222,7 +219,18 @@ class ConnectionGuard:
 
         return make
 
-    def opened(self, transport: asyncio.BaseTransport, connection: _Connection) -> None:
+    def admit(self, transport: asyncio.BaseTransport, connection: Any) -> bool:
+        """Count a new connection; when the listener is full, answer 503 and close it."""
+        if self.active >= self.limits.max_connections:
+            self.closed("over-capacity")
+            stream = cast("asyncio.Transport", transport)
+            stream.write(self.busy_answer)
+            stream.close()
+            return False
+        self.opened(transport, connection)
+        return True
+
+    def opened(self, transport: asyncio.BaseTransport, connection: Any) -> None:
         self._connections[transport] = connection
         self.active += 1
         self._on_active(self.active)

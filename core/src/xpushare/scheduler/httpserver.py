@@ -265,19 +265,15 @@ class HttpConnection(asyncio.Protocol):
         self._write_paused = False
         self._closing = False
         self._close_after = False
+        self._eof = False
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        stream = self._transport = cast("asyncio.Transport", transport)
-        guard = self._guard
-        if guard.active >= guard.limits.max_connections:
-            guard.closed("over-capacity")
-            stream.write(guard.busy_answer)
-            stream.close()
+        self._transport = cast("asyncio.Transport", transport)
+        if not self._guard.admit(transport, self):
             self._closing = True
             return
-        guard.opened(transport, self)  # type: ignore[arg-type]
         self._server.connections.add(self)
         self._arm(self._limits.header_timeout_s)
 
@@ -292,7 +288,11 @@ class HttpConnection(asyncio.Protocol):
         self._process()
 
     def eof_received(self) -> bool | None:
-        return None  # close our side too (a half-closed client gets its answer if in flight)
+        # The client is done sending. An answer being worked out is still written (a
+        # client may half-close after its request), then the connection closes; otherwise
+        # it closes now (a request cut short can never complete).
+        self._eof = True
+        return True if self._busy else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
@@ -498,7 +498,7 @@ class HttpConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._closing:
             return
-        close = close or reply.close or self._close_after
+        close = close or reply.close or self._close_after or self._eof
         transport.write(encode_reply(reply, close=close, head_only=head_only))
         if close:
             self._closing = True
