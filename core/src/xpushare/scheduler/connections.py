@@ -185,10 +185,7 @@ class _Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        self._guard.closed(CLOSE_REASONS.get(self.phase, self.phase))
-        # abort, not close: close() waits for the write buffer to drain, and a client that
-        # stopped reading would keep it full.
-        transport.abort()
+        self._guard.cut(transport, self.phase)
 
 
 class ConnectionGuard:
@@ -239,6 +236,13 @@ class ConnectionGuard:
         if transport is not None and self._connections.pop(transport, None) is not None:
             self.active -= 1
             self._on_active(self.active)
+
+    def cut(self, transport: asyncio.BaseTransport, phase: str) -> None:
+        """Abort a connection whose deadline passed in *phase*, counted by its reason."""
+        self.closed(CLOSE_REASONS.get(phase, phase))
+        # abort, not close: close() waits for the write buffer to drain, and a client that
+        # stopped reading would keep it full.
+        cast("asyncio.Transport", transport).abort()
 
     def closed(self, reason: str) -> None:
         log.debug("%s listener: closed a connection (%s)", self.name, reason)

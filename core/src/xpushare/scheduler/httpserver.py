@@ -47,7 +47,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, cast
 
-from xpushare.scheduler.connections import CLOSE_GRACE_S, CLOSE_REASONS, ConnectionGuard, Deadline
+from xpushare.scheduler.connections import CLOSE_GRACE_S, ConnectionGuard, Deadline
 
 log = logging.getLogger(__name__)
 
@@ -545,9 +545,7 @@ class HttpConnection(asyncio.Protocol):
                 ),
             )
             return
-        self._guard.closed(CLOSE_REASONS.get(self.phase, self.phase))
-        # abort, not close: a client that stopped reading would keep the buffer full.
-        transport.abort()
+        self._guard.cut(transport, self.phase)
 
 
 class HttpServer:
