@@ -122,6 +122,23 @@ def _cluster(
     asyncio.run(main())
 
 
+def reference_ms() -> float:
+    """CPU time of a fixed pure-Python loop (best of 5), taken while the cluster idles.
+
+    Why: this VM's speed moves by up to 2x within an hour (docs/benchmarks.md), so a CPU
+    figure means little without the machine's speed at the time; runs whose reference
+    differs compare only as ratios.
+    """
+    best = float("inf")
+    for _ in range(5):
+        started = time.process_time()
+        total = 0
+        for i in range(300_000):
+            total += i * i % 7
+        best = min(best, time.process_time() - started)
+    return best * 1000
+
+
 def _process_cpu(pid: int) -> float:
     """User + system CPU seconds of process *pid* (Linux /proc)."""
     with open(f"/proc/{pid}/stat") as stat:
@@ -272,6 +289,7 @@ async def run(args: argparse.Namespace) -> None:
     await scheduler.wait_synced(900)
     while not scheduler.ready:  # the filter workers list the cluster too
         await asyncio.sleep(0.1)
+    reference = reference_ms()
     url = f"http://127.0.0.1:{scheduler.ports['main']}"
     filter_url = f"http://127.0.0.1:{scheduler.ports.get('filter', scheduler.ports['main'])}"
     workers = scheduler.workers.pids() if scheduler.workers is not None else []
@@ -329,6 +347,11 @@ async def run(args: argparse.Namespace) -> None:
                 f"  on {cores} cores (one process each): {ceiling:.0f} pods/s, the busiest "
                 f"process's ceiling; all processes' CPU {total_ms:.2f} ms a pod"
             )
+        after = reference_ms()
+        print(
+            f"  this machine's speed: a reference loop took {reference:.1f} ms before the run, "
+            f"{after:.1f} ms after (lower is faster)"
+        )
     finally:
         await scheduler.stop()
         await kube.close()
