@@ -426,17 +426,6 @@ class Placer:
             for d in request.demands
         )
 
-    def _core_decides(self, node: NodeState, request: PodRequest) -> bool:
-        """Whether on *node* every demand of *request* is decided by the core's fit alone."""
-        for d in request.demands:
-            handle = self._custom.get(d.vendor)
-            if handle is None:
-                continue
-            table = node.tables.get(d.vendor)
-            if table is not None and vendor_fit_applies(self.ledger, handle, node.name, table):
-                return False
-        return True
-
     def _fill_where_core_decides(
         self, request: PodRequest, key: int, nodes: Sequence[NodeState]
     ) -> None:
@@ -452,13 +441,34 @@ class Placer:
         """
         own: list[NodeState] = []
         waiting: list[NodeState] = []
+        # The request's vendors with a fit of their own, once per call; per node, the
+        # table's cached answer is read inline (this loop meets every candidate whose memo
+        # lacks the request: each node once per pod shape, and all after a new workload).
+        custom = [
+            (d.vendor, handle)
+            for d in request.demands
+            if (handle := self._custom.get(d.vendor)) is not None
+        ]
+        ledger = self.ledger
         for node in nodes:
-            if not self._core_decides(node, request):
+            decides = True
+            for vendor, handle in custom:
+                table = node.tables.get(vendor)
+                if table is not None:
+                    applies = table.vendor_fit
+                    if applies is None:
+                        applies = vendor_fit_applies(ledger, handle, node.name, table)
+                    if applies:
+                        decides = False
+                        break
+            if not decides:
                 own.append(node)
                 continue
             found = node.shared.get(key)
             if found is None:
                 waiting.append(node)
+            elif len(node.memo) < node.memo_limit:
+                node.memo[key] = found
             else:
                 remember(node.memo, key, found, node.memo_limit)
         if waiting:
