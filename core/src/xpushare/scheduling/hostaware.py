@@ -34,10 +34,11 @@ a G2 it even lowers their fragment (G2 capacity was all fragment to them). So FG
 the other models only by the pinned shapes' weight, which is their frequency, however
 oversubscribed their models are; with the weight raised by the pressure, unpinned tasks
 leave the scarce models to the tasks that can use nothing else. On the openb gpuspec traces
-(6.7 to 30.7 % of the GPU demand pinned, T4s oversubscribed by the pinned tasks alone) this
-placed up to 6.7 points more than the FGD authors' FGD (docs/simulator.md). The fleet's
-GPUs per model come from the ledger the engine places against (:meth:`FgdCpuPolicy.attach`);
-a workload with no pinned shape is measured exactly as before.
+(6.7 to 30.7 % of the GPU demand pinned; on gpuspec25 the T4-only tasks alone ask ~90 % of
+the T4s' share of the fleet) this placed 0.5 to 6.5 points more than the FGD authors' FGD
+(docs/simulator.md). The fleet's GPUs per model come from the ledger the engine places
+against (:meth:`FgdCpuPolicy.attach`); a workload with no pinned shape is measured exactly
+as before.
 
 When much of the workload is pinned to GPU models, the tie-breaks are off and ``fgd-cpu``
 is FGD with the scarcity weights (see :data:`PINNED_LIMIT`): on gpuspec25 and gpuspec33,
@@ -240,10 +241,14 @@ class HostAwareMeter(FragmentationMeter):
 
 
 class FgdCpuPolicy(FragmentationPolicy):
-    """FGD, ties settled by CPU-aware fragmentation, then by best-fit."""
+    """FGD with scarcity-weighted pinned shapes, ties settled by CPU-aware fragmentation,
+    then by best-fit."""
 
     name = "fgd-cpu"
-    description = "FGD; ties by CPU-aware fragmentation, then best-fit (the default)"
+    description = (
+        "FGD, pinned shapes weighed by their models' scarcity; ties by CPU-aware "
+        "fragmentation, then best-fit (the default)"
+    )
 
     def __init__(
         self, workload: Workload | None = None, coverage: float = DEFAULT_COVERAGE
