@@ -459,6 +459,7 @@ def test_filter_and_scores_agree_with_a_fit_and_score_of_each_node_alone(policy:
         result = engine.filter(request, names)
         scores = engine.scores(request, result.fits)
         reference = policy_registry().create(policy)  # scores one node at a time
+        reference.attach(ledger)  # the fleet, as the engine's (fgd-cpu's scarcity weights)
         reference.set_workload(workload)
         for name in names:
             node = ledger.nodes[name]

@@ -23,7 +23,12 @@ from xpushare.scheduling import (
     Workload,
 )
 from xpushare.scheduling.fragmentation import fgd_score
-from xpushare.scheduling.hostaware import FgdCpuPolicy
+from xpushare.scheduling.hostaware import (
+    SCARCITY_WEIGHT,
+    FgdCpuPolicy,
+    model_capacity,
+    scarcity_weighted,
+)
 
 
 def gpus(node: str, n: int, model: str = "A100") -> list[Device]:
@@ -211,3 +216,72 @@ def test_a_policy_without_a_workload_learns_it_from_the_pods_it_sees() -> None:
     assert len(policy.workload) == 0
     policy.observe(share(30))
     assert [s.demand.memory_percent for s in policy.workload.shapes if s.demand] == [30]
+
+
+def test_scarcity_weights_pinned_shapes_by_their_models_pressure() -> None:
+    # Fleet: 4 G2 and 2 T4 GPUs. Half the GPU demand is pinned to T4, whose share of the
+    # fleet is a third: pressure 0.5 / (2/6) = 1.5, so the pinned shape weighs
+    # 1 + SCARCITY_WEIGHT x 1.5 = 31 times its frequency against 1 for the unpinned one.
+    ledger = UsageLedger()
+    ledger.set_node("g", gpus("g", 4, "G2"))
+    ledger.set_node("t", gpus("t", 2, "T4"))
+    capacity = model_capacity(ledger)
+    assert capacity == {("acme", "G2"): 4, ("acme", "T4"): 2}
+    t4_only = pod(count=1, compute_percent=100, exclusive=True, models_include=("T4",))
+    w = workload((whole(1), 0.5), (t4_only, 0.5))
+    weighted = scarcity_weighted(w, capacity)
+    assert weighted.shapes == w.shapes
+    assert weighted.raw[1] / weighted.raw[0] == 1 + SCARCITY_WEIGHT * 1.5
+    # No pinned shape, or no fleet known: the workload itself, measured exactly as FGD's.
+    plain = workload((whole(1), 0.5), (share(50), 0.5))
+    assert scarcity_weighted(plain, capacity) is plain
+    assert scarcity_weighted(w, {}) is w
+
+
+def test_fgd_cpu_leaves_a_scarce_model_to_the_tasks_pinned_to_it() -> None:
+    # One T4 node, empty, and one G2 node with its GPU half booked. Shapes: 50 % of any GPU
+    # (90 %), 50 % of a T4 only (10 %). A 40 % task that may run anywhere: on the T4 it
+    # leaves 600 that both shapes can use (FGD growth 0); on the G2, 100 that neither can,
+    # growth 0.9 x 100 + 0.1 x 100 - 0.1 x 500 (the G2's 500 were all fragment to the T4
+    # shape) = 50, so FGD takes the T4 (score 50 against 48). The T4s are a half of the
+    # fleet's GPUs and the pinned tasks a tenth of the demand: pressure 0.2, the pinned
+    # shape weighs 5 times its frequency, and the G2 grows fragmentation by 100 - 5/14 x
+    # 500 = -78.6 (score 51): fgd-cpu keeps the T4 for the tasks that can use nothing else.
+    t4_share = pod(memory_percent=50, compute_percent=50, models_include=("T4",))
+    w = workload((share(50), 0.9), (t4_share, 0.1))
+    task = share(40)
+    for order in (("t4", "g2"), ("g2", "t4")):
+        ledger = UsageLedger()
+        for name in order:
+            ledger.set_node(name, gpus(name, 1, name.upper()))
+        use(ledger, "p", "g2", 0, 50)
+        nodes = ledger.nodes
+        fgd = FragmentationPolicy(w)
+        assert [fgd.best(nodes[n], task).growth for n in ("t4", "g2")] == [0, 50]
+        assert Placer(ledger, fgd).select(task) == "t4"
+        policy = FgdCpuPolicy(w)
+        assert policy.weighted is w  # no ledger attached yet: the fleet is unknown
+        assert Placer(ledger, policy).select(task) == "g2"
+        assert policy.capacity == {("acme", "T4"): 1, ("acme", "G2"): 1}
+        assert policy.best(nodes["g2"], task).growth == pytest.approx(100 - 500 * 5 / 14)
+        assert [policy.score(nodes[n], task)[0] for n in ("t4", "g2")] == [50, 51]  # type: ignore[index]
+
+
+def test_fgd_cpu_reads_the_fleet_again_when_nodes_join() -> None:
+    t4_only = pod(count=1, compute_percent=100, exclusive=True, models_include=("T4",))
+    w = workload((whole(1), 0.5), (t4_only, 0.5))
+    ledger = UsageLedger()
+    ledger.set_node("t", gpus("t", 2, "T4"))
+    policy = FgdCpuPolicy(w)
+    Placer(ledger, policy)
+    # Only T4s: pressure 0.5 / 1, the pinned shape weighs 11 times its frequency.
+    assert policy.weighted.raw[1] / policy.weighted.raw[0] == 1 + SCARCITY_WEIGHT * 0.5
+    generation = policy.generation
+    ledger.set_node("g", gpus("g", 4, "G2"))
+    policy.observe(whole(1))  # the engine's first step for every pod
+    assert policy.capacity == {("acme", "T4"): 2, ("acme", "G2"): 4}
+    assert policy.weighted.raw[1] / policy.weighted.raw[0] == 1 + SCARCITY_WEIGHT * 1.5
+    assert policy.generation > generation  # the answers of the old weights are stale
+    generation = policy.generation
+    policy.observe(whole(1))  # the same fleet: nothing measured again
+    assert policy.generation == generation

@@ -220,6 +220,7 @@ class Placer:
             registry = registry or policy_registry(host)
             policy = registry.create(policy, self.config.policy_options)
         self.policy: Policy = policy
+        policy.attach(ledger)
         self._registry = registry
         #: The per-pod choice this placer decides for (``None``: the cluster's), and the
         #: placers of the other choices met, each built once (:meth:`for_request`).

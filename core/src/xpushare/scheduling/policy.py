@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from xpushare.scheduling.fit import PodFit
     from xpushare.scheduling.fragmentation import Workload
+    from xpushare.scheduling.ledger import UsageLedger
     from xpushare.scheduling.request import Demand, PodRequest
     from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
 
@@ -94,6 +95,11 @@ class Policy:
 
     def set_workload(self, workload: Workload) -> None:
         """The task shapes to expect and their frequencies; policies that use them keep it."""
+
+    def attach(self, ledger: UsageLedger) -> None:
+        """The ledger the engine places against (its fleet); policies that weigh the fleet
+        as a whole (not only the node scored) keep it. Called by every :class:`Placer
+        <xpushare.placement.Placer>` built on the policy."""
 
     def __repr__(self) -> str:
         return f"<policy {self.name}>"
