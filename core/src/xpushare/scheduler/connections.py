@@ -9,12 +9,12 @@ deadline at a time:
 
 - **headers**: the request's headers must be complete ``header_timeout_s`` after its first
   byte (on a new connection: after it was accepted, or its TLS handshake finished);
-- **request**: none here; the handler bounds the body read (``body_timeout_s``, in ``app``)
-  and every handler's own work is bounded;
+- **body**: the scheduler's own server gives a body ``body_timeout_s`` after its headers
+  (``httpserver.py``); **request**: none, every handler's own work is bounded;
 - **idle**: after an answer, a keep-alive connection may wait ``idle_timeout_s`` for its next
   request;
-- **closing**: after an answer the handler marked with :meth:`ConnectionGuard.close_after`
-  (the client was too slow), a short grace to flush it.
+- **closing**: after an answer that closes the connection (the client was too slow), a
+  short grace to flush it (the scheduler's own server, ``httpserver.py``).
 
 A connection past its deadline is aborted. At most ``max_connections`` are open per
 listener; one more is answered 503 and closed at once, so the clients already connected
@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import resource
-import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -114,7 +113,6 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._deadline = Deadline(self._expired)
         self.phase = "headers"
-        self._close_after = False
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
@@ -125,7 +123,7 @@ class _Connection(asyncio.Protocol):
         guard = self._guard
         if not guard.admit(transport, self):
             return  # refused before aiohttp sees it: no handler, no parser, no buffers
-        self._arm(guard.limits.header_timeout_s)
+        self._deadline.arm(guard.limits.header_timeout_s)
         self._inner = self._make_inner()
         self._inner.connection_made(transport)
 
@@ -135,14 +133,14 @@ class _Connection(asyncio.Protocol):
         if self.phase == "idle" and data:
             # The first byte of the next request on a kept-alive connection.
             self.phase = "headers"
-            self._arm(self._guard.limits.header_timeout_s)
+            self._deadline.arm(self._guard.limits.header_timeout_s)
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received() if self._inner is not None else None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel()
+        self._deadline.cancel()
         if self._inner is None:
             return
         self._guard.released(self._transport)
@@ -160,26 +158,13 @@ class _Connection(asyncio.Protocol):
 
     def request_started(self) -> None:
         self.phase = "request"
-        self._cancel()
-
-    def request_finished(self) -> None:
-        if self._close_after:
-            self.phase = "closing"
-            self._arm(CLOSE_GRACE_S)
-        else:
-            self.phase = "idle"
-            self._arm(self._guard.limits.idle_timeout_s)
-
-    def close_after(self) -> None:
-        self._close_after = True
-
-    # -- the deadline ------------------------------------------------------------------------
-
-    def _cancel(self) -> None:
         self._deadline.cancel()
 
-    def _arm(self, seconds: float) -> None:
-        self._deadline.arm(seconds)
+    def request_finished(self) -> None:
+        self.phase = "idle"
+        self._deadline.arm(self._guard.limits.idle_timeout_s)
+
+    # -- the deadline ------------------------------------------------------------------------
 
     def _expired(self) -> None:
         transport = self._transport
@@ -204,7 +189,7 @@ class ConnectionGuard:
         self.active = 0
         self.busy_answer = _busy_answer(limits.max_connections)
         #: Each open connection's protocol (``_Connection`` here, or ``HttpConnection`` of
-        #: httpserver.py): what ``close_after`` reaches.
+        #: httpserver.py).
         self._connections: dict[asyncio.BaseTransport, Any] = {}
         self._on_active = on_active or (lambda n: None)
         self._on_closed = on_closed or (lambda reason: None)
@@ -248,12 +233,6 @@ class ConnectionGuard:
         log.debug("%s listener: closed a connection (%s)", self.name, reason)
         self._on_closed(reason)
 
-    def close_after(self, request: web.BaseRequest) -> None:
-        """Close the connection of *request* shortly after its answer (a too slow client)."""
-        connection = self._connections.get(request.transport) if request.transport else None
-        if connection is not None:
-            connection.close_after()
-
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         transport = request.transport
@@ -272,7 +251,7 @@ class ConnectionGuard:
 class GuardedSite(web.BaseSite):
     """A TCP listener whose connections go through a :class:`ConnectionGuard`."""
 
-    __slots__ = ("_guard", "_host", "_port", "_sock")
+    __slots__ = ("_guard", "_host", "_port")
 
     def __init__(
         self,
@@ -282,15 +261,11 @@ class GuardedSite(web.BaseSite):
         guard: ConnectionGuard,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        sock: socket.socket | None = None,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
         self._host = host
         self._port = port
         self._guard = guard
-        #: A listening socket to accept on instead of binding *host*:*port* (a filter
-        #: worker accepts on the socket its parent bound, scheduler/workers.py).
-        self._sock = sock
 
     @property
     def name(self) -> str:
@@ -312,15 +287,6 @@ class GuardedSite(web.BaseSite):
         if self._ssl_context is not None:
             # A client that stalls its handshake is as slow as one that stalls its headers.
             extra["ssl_handshake_timeout"] = self._guard.limits.header_timeout_s
-        if self._sock is not None:
-            self._server = await loop.create_server(
-                self._guard.protocol_factory(server),
-                sock=self._sock,
-                ssl=self._ssl_context,
-                backlog=self._backlog,
-                **extra,
-            )
-            return
         self._server = await loop.create_server(
             self._guard.protocol_factory(server),
             self._host,

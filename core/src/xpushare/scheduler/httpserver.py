@@ -264,7 +264,6 @@ class HttpConnection(asyncio.Protocol):
         self._read_paused = False
         self._write_paused = False
         self._closing = False
-        self._close_after = False
         self._eof = False
 
     # -- asyncio callbacks -------------------------------------------------------------------
@@ -275,7 +274,7 @@ class HttpConnection(asyncio.Protocol):
             self._closing = True
             return
         self._server.connections.add(self)
-        self._arm(self._limits.header_timeout_s)
+        self._deadline.arm(self._limits.header_timeout_s)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -295,7 +294,7 @@ class HttpConnection(asyncio.Protocol):
         return True if self._busy else None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel()
+        self._deadline.cancel()
         self._closing = True
         if self._transport is not None:
             self._guard.released(self._transport)
@@ -311,10 +310,7 @@ class HttpConnection(asyncio.Protocol):
             self._resume_reading()
             self._process()
 
-    # -- the guard's interface ---------------------------------------------------------------
-
-    def close_after(self) -> None:
-        self._close_after = True
+    # -- the server's interface --------------------------------------------------------------
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -360,7 +356,7 @@ class HttpConnection(asyncio.Protocol):
         if self.phase == "idle":
             # The first byte of the next request on a kept-alive connection.
             self.phase = "headers"
-            self._arm(self._limits.header_timeout_s)
+            self._deadline.arm(self._limits.header_timeout_s)
         end = buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
         if end < 0:
             if len(buffer) > MAX_HEAD_BYTES:
@@ -397,7 +393,7 @@ class HttpConnection(asyncio.Protocol):
             if self._body.length != 0 and not buffer:
                 self._transport.write(_CONTINUE)  # type: ignore[union-attr]
         self.phase = "body"
-        self._arm(self._limits.body_timeout_s)
+        self._deadline.arm(self._limits.body_timeout_s)
         return True
 
     def _read_body(self) -> bytes | None:
@@ -464,7 +460,7 @@ class HttpConnection(asyncio.Protocol):
     # -- answering ---------------------------------------------------------------------------
 
     def _dispatch(self, request: Request, close: bool, head_only: bool) -> None:
-        self._cancel()
+        self._deadline.cancel()
         self.phase = "request"
         try:
             result = self._server.route(request)
@@ -498,16 +494,16 @@ class HttpConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._closing:
             return
-        close = close or reply.close or self._close_after or self._eof
+        close = close or reply.close or self._eof
         transport.write(encode_reply(reply, close=close, head_only=head_only))
         if close:
             self._closing = True
             self.phase = "closing"
-            self._arm(CLOSE_GRACE_S)
+            self._deadline.arm(CLOSE_GRACE_S)
             transport.close()
             return
         self.phase = "idle"
-        self._arm(self._limits.idle_timeout_s)
+        self._deadline.arm(self._limits.idle_timeout_s)
 
     def _refuse(self, path: str, refused: _Refuse) -> None:
         """Answer a request the server refused, and close unless the stream stays framed."""
@@ -522,12 +518,6 @@ class HttpConnection(asyncio.Protocol):
         self._send(self._server.on_error(path, refused.status, refused.reason, message), True)
 
     # -- the deadline ------------------------------------------------------------------------
-
-    def _cancel(self) -> None:
-        self._deadline.cancel()
-
-    def _arm(self, seconds: float) -> None:
-        self._deadline.arm(seconds)
 
     def _expired(self) -> None:
         transport = self._transport
