@@ -23,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from xpushare.codec import AGENT_MODE_KEY, ASSIGNMENT_KEY, FENCED_KEY, encode_assignment
 from xpushare.errors import CodecError, PluginError
@@ -51,6 +54,10 @@ MAX_EXTENDER_SCORE = 10
 
 #: Reasons preemption cannot fix: the node lacks the devices, not free room on them.
 UNRESOLVABLE = frozenset({FitReason.NO_DEVICES, FitReason.TOO_FEW_DEVICES})
+
+#: Node names whose encoded piece of a /prioritize answer is kept (:class:`ScoreList`): a
+#: few times a large fleet; names a caller makes up cannot grow it past this (cleared then).
+SCORE_LIST_NAMES = 65_536
 
 #: Pods remembered between /filter and /bind, so /bind needs no GET in the normal case.
 POD_CACHE_SIZE = 4096
@@ -202,6 +209,40 @@ class ParseCache:
         return request, error
 
 
+class ScoreList:
+    """/prioritize's answer (a HostPriorityList) encoded without a dict per node.
+
+    Why: the answer lists every candidate, 500 a call at 5,000 nodes; a list of 500 dicts
+    and its encoding took ~0.18 ms a call here (136 + 41 µs, 2026-12-03), a few percent of
+    a filter worker's CPU a pod in bench_throughput. Each node's ``{"Host":<name>,"Score":``
+    is encoded once and kept; an answer is one join of bytes.
+    """
+
+    def __init__(self, limit: int = SCORE_LIST_NAMES) -> None:
+        self._limit = limit
+        self._heads: dict[str, bytes] = {}
+        self._tails = [b"%d}" % score for score in range(MAX_EXTENDER_SCORE + 1)]
+
+    def __len__(self) -> int:
+        return len(self._heads)
+
+    def _head(self, name: str) -> bytes:
+        head = self._heads.get(name)
+        if head is None:
+            if len(self._heads) >= self._limit:
+                self._heads.clear()
+            head = self._heads[name] = b'{"Host":' + orjson.dumps(name) + b',"Score":'
+        return head
+
+    def encode(self, names: list[str], scores: Iterable[int]) -> orjson.Fragment:
+        """``[{"Host": name, "Score": score}, ...]``, scores in 0..MAX_EXTENDER_SCORE."""
+        heads = list(map(self._heads.get, names))
+        if None in heads:
+            heads = list(map(self._head, names))
+        items = map(bytes.__add__, heads, map(self._tails.__getitem__, scores))  # type: ignore[arg-type]
+        return orjson.Fragment(b"[" + b",".join(items) + b"]")
+
+
 def _assignment_text(assignment: PodAssignment) -> str:
     parts = []
     for c in assignment.containers:
@@ -257,6 +298,7 @@ class Extender:
         placer.policy.on_model_error = self._model_failed
         self._pods: OrderedDict[str, ob.Object] = OrderedDict()
         self._parsed = ParseCache()
+        self._score_list = ScoreList()
         self._aborts: dict[str, asyncio.Event] = {}
         #: Reservations whose Binding got no answer: kept until the pod is read back.
         self._uncertain: dict[str, tuple[PodRef, str]] = {}
@@ -460,24 +502,22 @@ class Extender:
 
     # -- /prioritize -------------------------------------------------------------------------------
 
-    def prioritize(self, args: Any, *, dra_only: bool = False) -> list[dict[str, Any]]:
+    def prioritize(self, args: Any, *, dra_only: bool = False) -> orjson.Fragment:
+        """The HostPriorityList, already encoded (:class:`ScoreList`)."""
         args = _arguments(args, "ExtenderArgs")
         names, _ = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
         request = self._dra_request(parsed) or (None if dra_only else parsed.request)
         self.metrics.decisions.labels(verb="prioritize", result="scored").inc()
         if request is None or not request.wants_devices or self._not_ready():
-            return [{"Host": name, "Score": 0} for name in names]
+            return self._score_list.encode(names, repeat(0, len(names)))
         scores = self.placer.prioritize_each(request, names)
         # Scaled once per distinct score (a few dozen), not once per node (500).
         scaled: dict[float | None, int] = {
             s: round(s * MAX_EXTENDER_SCORE / 100) for s in set(scores) if s is not None
         }
         scaled[None] = 0  # a node that does not fit
-        return [
-            {"Host": name, "Score": score}
-            for name, score in zip(names, map(scaled.__getitem__, scores), strict=True)
-        ]
+        return self._score_list.encode(names, map(scaled.__getitem__, scores))
 
     # -- /bind -------------------------------------------------------------------------------------
 

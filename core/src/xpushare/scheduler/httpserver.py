@@ -294,7 +294,7 @@ class HttpConnection(asyncio.Protocol):
         return True if self._busy else None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._deadline.cancel()
+        self._deadline.stop()
         self._closing = True
         if self._transport is not None:
             self._guard.released(self._transport)
