@@ -6,6 +6,7 @@ nodes' came later; the answer was a list of dicts; every arm made a timer."""
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ from xpushare.scheduler import app as app_module
 from xpushare.scheduler.app import Scheduler
 from xpushare.scheduler.config import load_config
 from xpushare.scheduler.connections import Deadline
-from xpushare.scheduler.extender import MAX_EXTENDER_SCORE, ScoreList
+from xpushare.scheduler.extender import MAX_EXTENDER_SCORE, score_list
 from xpushare.scheduler.kube import Kube, KubeSettings
 from xpushare.testing.apiserver import FakeApiServer, node
 
@@ -59,25 +60,30 @@ async def test_the_collector_is_frozen_once_after_the_last_list_whichever_lands_
 @pytest.mark.parametrize(
     "names",
     [
-        ["node-0", "node-1", "node-0"],
-        ['quote"and\\back', "ünïcödé-ノード", "tab\tand\nnewline", ""],
+        ["node-0", "node-1", "node-0", "gpu-7.rack-2.example.com"],
+        ['quote"and\\back', "ünïcödé-ノード", "tab\tand\nnewline", "", "del\x7f"],
         [],
     ],
 )
-def test_the_score_list_is_the_json_of_the_dicts_it_replaces(names: list[str]) -> None:
+def test_the_score_list_holds_exactly_the_dicts_it_replaces(names: list[str]) -> None:
     scores = [i % (MAX_EXTENDER_SCORE + 1) for i in range(len(names))]
-    encoded = orjson.dumps(ScoreList().encode(names, scores))
-    dicts = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
-    assert encoded == orjson.dumps(dicts)
+    entries = orjson.loads(orjson.dumps(score_list(names, scores)))
+    # The same entries, duplicates included (kube-scheduler sums them by host; the order
+    # is not read).
+    key = lambda e: (e["Host"], e["Score"])  # noqa: E731
+    expected = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
+    assert sorted(entries, key=key) == sorted(expected, key=key)
 
 
-def test_the_score_list_keeps_at_most_its_limit_of_names() -> None:
-    answers = ScoreList(limit=8)
-    for batch in range(5):
-        names = [f"made-up-{batch}-{i}" for i in range(7)]
-        encoded = orjson.dumps(answers.encode(names, [MAX_EXTENDER_SCORE] * 7))
-        assert orjson.loads(encoded) == [{"Host": n, "Score": MAX_EXTENDER_SCORE} for n in names]
-        assert len(answers) <= 8
+def test_the_score_list_groups_plain_names_by_score() -> None:
+    names = [f"node-{i:05d}" for i in range(500)]
+    scores = [(i * 7) % 3 * 5 for i in range(500)]
+    encoded = orjson.dumps(score_list(names, scores))
+    entries = orjson.loads(encoded)
+    assert len(entries) == 500
+    assert {e["Host"]: e["Score"] for e in entries} == dict(zip(names, scores, strict=True))
+    runs = sum(1 for a, b in pairwise(entries) if a["Score"] != b["Score"])
+    assert runs == 2  # three scores, three groups
 
 
 async def test_a_deadline_moved_later_keeps_its_timer_and_fires_once_at_the_new_time() -> None:

@@ -136,8 +136,56 @@ def _child(path: str, key: str | int) -> str:
 def scan(data: Any) -> str | None:
     """What is wrong with a parsed JSON tree, or None: depth, numbers, strings.
 
-    Iterative, so a pathological tree cannot exhaust the stack.
+    Iterative, so a pathological tree cannot exhaust the stack. A tree found clean by
+    :func:`_clean` is not walked again; only a tree with a problem is, to name where.
     """
+    if _clean(data):
+        return None
+    return _problem(data)
+
+
+def _clean(data: Any) -> bool:
+    """True when :func:`_problem` would find nothing; False when it might (it decides).
+
+    Why a second walk: every annotation read or written passes here (each bind's assignment
+    and handoff, each node's inventory at a list), and the walk that names the path built a
+    path string for every value and matched every key with a pattern: 40 µs of an
+    assignment's 130 µs encoding here (2026-12-03). Most strings are ASCII, which cannot
+    hold a surrogate; exact types only, anything else is left to :func:`_problem`.
+    """
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        kind = type(node)
+        if kind is str:
+            if not node.isascii() and _SURROGATE.search(node):
+                return False
+        elif kind is dict:
+            if depth >= MAX_JSON_DEPTH:
+                return False
+            for key, item in node.items():
+                if type(key) is not str or (not key.isascii() and _SURROGATE.search(key)):
+                    return False
+                push((item, depth + 1))
+        elif kind is list:
+            if depth >= MAX_JSON_DEPTH:
+                return False
+            for item in node:
+                push((item, depth + 1))
+        elif kind is int:
+            if not _INT64_MIN <= node <= _INT64_MAX:
+                return False
+        elif kind is float:
+            if not math.isfinite(node):
+                return False
+        elif node is not None and kind is not bool:
+            return False
+    return True
+
+
+def _problem(data: Any) -> str | None:
+    """:func:`scan`'s answer, naming where the problem is."""
     stack: list[tuple[Any, str, int]] = [(data, "", 0)]
     while stack:
         node, path, depth = stack.pop()
