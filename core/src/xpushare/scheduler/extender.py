@@ -304,7 +304,7 @@ class Extender:
         metrics: SchedulerMetrics,
         bind_wait_s: float,
         is_leader: Any = None,
-        vet: Callable[[ob.Object], str | None] | None = None,
+        vet: Callable[[ob.Object, PodView | None], str | None] | None = None,
         observe_at_bind: bool = False,
         claims: ClaimBook | None = None,
     ) -> None:
@@ -324,7 +324,7 @@ class Extender:
         self.bind_wait_s = bind_wait_s
         self._is_leader = is_leader or (lambda: True)
         #: The webhook's isolation rules, asked again of every pod placed (webhook.py).
-        self._vet = vet or (lambda pod: None)
+        self._vet = vet or (lambda pod, view: None)
         # A learnt model that cannot refresh is counted (the policy logs it and retries),
         # never raised into a request.
         placer.policy.on_model_error = self._model_failed
@@ -456,7 +456,7 @@ class Extender:
         if not_ready:
             self.metrics.decisions.labels(verb="filter", result="error").inc()
             return answer([], not_ready)
-        refused = self._vet(parsed.pod)
+        refused = self._vet(parsed.pod, parsed.view)
         if refused:
             unresolvable.update(dict.fromkeys(names, refused))
             self.metrics.decisions.labels(verb="filter", result="refused").inc()
@@ -618,7 +618,7 @@ class Extender:
             return self._bind_failed(stub, "invalid-request", str(exc))
         if parsed.request is None:
             return self._bind_failed(pod, "invalid-request", parsed.error)
-        refused = self._vet(pod) if parsed.request.wants_devices else None
+        refused = self._vet(pod, parsed.view) if parsed.request.wants_devices else None
         if refused:
             return self._bind_failed(pod, "isolation", refused)
         # One identity per pod everywhere: the pod watch counts a pod under its UID, so the

@@ -270,18 +270,20 @@ class Webhook:
             raise AdmissionDenied(f"{who}: {denied}")
         return warnings
 
-    def isolation_problem(self, pod: ob.Object) -> str | None:
+    def isolation_problem(self, pod: ob.Object, view: PodView | None = None) -> str | None:
         """Why the isolation rules refuse *pod*, or None when they let it pass.
 
         The extender asks this of every pod it places: a pod reaches it without this webhook
         having seen it when the webhook was skipped (the ignore label, a namespace the chart
         excludes, ``failurePolicy: Ignore`` while the webhook was down), and such a pod
-        must not get devices the webhook would have refused it.
+        must not get devices the webhook would have refused it. *view*: the pod's view, when
+        the caller built it already (``objects.pod_view(pod)``).
         """
-        try:
-            view = ob.pod_view(pod)
-        except ValueError:
-            return None  # the extender reports a malformed pod itself
+        if view is None:
+            try:
+                view = ob.pod_view(pod)
+            except ValueError:
+                return None  # the extender reports a malformed pod itself
         namespace = ob.namespace(pod)
         try:
             self._check_isolation(
