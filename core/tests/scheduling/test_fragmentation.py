@@ -26,6 +26,7 @@ from xpushare.scheduling.fragmentation import fgd_score
 from xpushare.scheduling.hostaware import (
     SCARCITY_WEIGHT,
     FgdCpuPolicy,
+    host_share,
     model_capacity,
     scarcity_weighted,
 )
@@ -285,3 +286,69 @@ def test_fgd_cpu_reads_the_fleet_again_when_nodes_join() -> None:
     generation = policy.generation
     policy.observe(whole(1))  # the same fleet: nothing measured again
     assert policy.generation == generation
+
+
+def test_workload_keeps_the_shapes_below_its_cut_apart() -> None:
+    counts = {
+        TaskShape.of(share(50)): 6.0,
+        TaskShape.of(whole(1)): 3.0,
+        TaskShape.of(whole(8)): 1.0,
+    }
+    w = Workload.from_counts(counts, coverage=0.9)
+    assert w.shapes == (TaskShape.of(share(50)), TaskShape.of(whole(1)))
+    assert w.below == ((TaskShape.of(whole(8)), 1.0),)
+    assert Workload.from_counts(counts, coverage=1.0).below == ()
+    limited = Workload.from_counts(counts, coverage=1.0, limit=1)
+    assert [s for s, _ in limited.below] == [TaskShape.of(whole(1)), TaskShape.of(whole(8))]
+
+
+def test_fgd_cpu_takes_back_a_rare_host_shape_below_the_cut_and_keeps_its_hosts() -> None:
+    # Two nodes "p" (4 GPUs, 48 cores) and one "r" (4 GPUs, 60 cores). Shapes: 1 GPU with 16
+    # cores (96 tasks), and below the 95 % cut 4 GPUs with 56 cores (4 tasks), which only "r"
+    # can host: a third of the GPUs. A 1-GPU, 4-core task grows FGD's fragmentation by
+    # nothing anywhere (score 50 on both). The CPU-aware measure prefers "r": its 60 cores
+    # run 3 copies of the 16-core shape before and after (one GPU of four stranded before,
+    # none after: growth -1,000), while "p" goes from 3 copies to 2 (growth 0). With the
+    # rare shape taken back at its frequency, "r" loses what the 4-GPU task needed (3,000 x
+    # 4/100 = 120, score 47) and "p" gains (the rare shape could not use its 4,000 before,
+    # its 3,000 after: -40, score 50): fgd-cpu takes "p", leaving "r" to the 4-GPU tasks.
+    small = whole(1, cpu=16000)
+    rare = whole(4, cpu=56000)
+    w = Workload.from_counts({TaskShape.of(small): 96.0, TaskShape.of(rare): 4.0})
+    assert w.shapes == (TaskShape.of(small),)
+    task = whole(1, cpu=4000)
+    for order in (("p1", "p2", "r"), ("r", "p1", "p2")):
+        ledger = UsageLedger()
+        for name in order:
+            ledger.set_node(name, gpus(name, 4), cpu_milli=60000 if name == "r" else 48000)
+        nodes = ledger.nodes
+        blind = FgdCpuPolicy(w)  # no ledger: the fleet, so which shapes are rare-host, unknown
+        assert blind.weighted is w
+        assert blind.score(nodes["r"], task)[:2] == (50, 1000)  # type: ignore[index]
+        assert blind.score(nodes["p1"], task)[:2] == (50, 0)  # type: ignore[index]
+        assert max(("p1", "r"), key=lambda n: blind.score(nodes[n], task)) == "r"
+        policy = FgdCpuPolicy(w)
+        placer = Placer(ledger, policy)
+        assert host_share(TaskShape.of(rare), policy.kinds) == pytest.approx(1 / 3)
+        assert policy.weighted.shapes == (TaskShape.of(small), TaskShape.of(rare))
+        assert policy.weighted.raw == (96.0, 4.0)
+        assert policy.best(nodes["r"], task).growth == pytest.approx(120)
+        assert policy.best(nodes["p1"], task).growth == pytest.approx(-40)
+        assert placer.select(task) in ("p1", "p2")
+        # A shape that half the fleet's GPUs or more can host is not taken back.
+        assert host_share(TaskShape.of(whole(4, cpu=40000)), policy.kinds) == 1.0
+
+
+def test_fgd_cpu_takes_rare_host_shapes_back_only_where_it_settles_ties_by_cpu() -> None:
+    # As above, with every shape pinned to the A100 (beyond PINNED_LIMIT): fgd-cpu is FGD
+    # with the scarcity weights there, and the 4-GPU shape stays out.
+    small = pod(16000, count=1, compute_percent=100, exclusive=True, models_include=("A100",))
+    rare = pod(56000, count=4, compute_percent=100, exclusive=True, models_include=("A100",))
+    w = Workload.from_counts({TaskShape.of(small): 96.0, TaskShape.of(rare): 4.0})
+    ledger = UsageLedger()
+    for name in ("p1", "p2", "r"):
+        ledger.set_node(name, gpus(name, 4), cpu_milli=60000 if name == "r" else 48000)
+    policy = FgdCpuPolicy(w)
+    Placer(ledger, policy)
+    assert not policy.cpu_aware
+    assert policy.weighted.shapes == w.shapes

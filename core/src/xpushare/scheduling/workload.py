@@ -111,7 +111,12 @@ class TaskShape:
 class Workload:
     """Task shapes and how often each occurs (weights sum to 1)."""
 
-    def __init__(self, shapes: Sequence[TaskShape], weights: Sequence[float]) -> None:
+    def __init__(
+        self,
+        shapes: Sequence[TaskShape],
+        weights: Sequence[float],
+        below: Sequence[tuple[TaskShape, float]] = (),
+    ) -> None:
         if len(shapes) != len(weights):
             raise ValueError("a workload needs one weight per shape")
         total = float(sum(weights))
@@ -125,6 +130,10 @@ class Workload:
         self.weights = tuple(w / total for w in weights) if shapes else ()
         self.max_cpu = max((s.cpu_milli for s in self.shapes), default=0)
         self.max_memory = max((s.memory_mib for s in self.shapes), default=0)
+        #: The shapes the cut left out (coverage or limit) with their weights, most
+        #: frequent first. FGD never reads them; ``fgd-cpu`` takes back those that few
+        #: nodes can host (:func:`~xpushare.scheduling.hostaware.with_rare_hosts`).
+        self.below = tuple(below)
 
     @classmethod
     def from_counts(
@@ -143,13 +152,15 @@ class Workload:
         shapes: list[TaskShape] = []
         weights: list[float] = []
         covered = 0.0
+        below: list[tuple[TaskShape, float]] = []
         for shape, n in ranked:
-            if covered >= coverage * total or (limit is not None and len(shapes) >= limit):
-                break
+            if below or covered >= coverage * total or (limit is not None and len(shapes) >= limit):
+                below.append((shape, n))
+                continue
             shapes.append(shape)
             weights.append(n)
             covered += n
-        return cls(shapes, weights)
+        return cls(shapes, weights, below)
 
     @classmethod
     def from_requests(
