@@ -222,10 +222,11 @@ class ParseCache:
                 return hit[1], hit[2]
         small = _view_chars(view) <= PARSE_CACHE_ENTRY_CHARS
         shape = content_key(view) if small else None
-        same = self._shapes.get(shape) if shape is not None else None
+        same = None
+        if shape is not None and (same := self._shapes.get(shape)) is not None:
+            self._shapes.move_to_end(shape)
         request: PodRequest | None
         if same is not None:
-            self._shapes.move_to_end(shape)  # type: ignore[arg-type]
             request, error = replace(same, pod=view.ref), ""
         else:
             try:
@@ -544,7 +545,7 @@ class Extender:
     # -- /prioritize -------------------------------------------------------------------------------
 
     def prioritize(self, args: Any, *, dra_only: bool = False) -> orjson.Fragment:
-        """The HostPriorityList, already encoded (:class:`ScoreList`)."""
+        """The HostPriorityList, already encoded (:func:`score_list`)."""
         args = _arguments(args, "ExtenderArgs")
         names, _ = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
