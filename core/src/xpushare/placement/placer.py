@@ -108,6 +108,14 @@ MAX_MEMO_KEYS = 4_096
 #: (their answers age out of the node memos like any other).
 MAX_POD_POLICIES = 64
 
+#: /filter asks the placer's verdicts (scores included) when at most this many of its
+#: candidates lack one, so the /prioritize that follows reads them instead of asking again
+#: (:meth:`Placer.warm_verdicts`). In a steady stream one to three of 500 candidates changed
+#: since the pod shape was last asked (bench_throughput); a new shape or a new workload
+#: generation leaves all of them to fill, which /filter's feasibility check answers in a
+#: fraction of the scoring's time, so the scoring stays /prioritize's then.
+WARM_FILL = 32
+
 #: A node's score key: compared element by element, higher is better.
 Score = tuple[float, ...]
 #: A node's answer for a request: (True, score key, None) or (False, why, main reason).
@@ -133,6 +141,10 @@ def score_key(value: float | Sequence[float]) -> Score:
 UNKNOWN_NODE = "node unknown to xpushare (no inventory registered by its node agent)"
 
 
+class _TooCold(Exception):
+    """More candidates lack a verdict than the caller will wait for (``Placer._verdicts``)."""
+
+
 class NoFit(ValueError):
     """The pod does not fit the node it was meant for; the message says why."""
 
@@ -154,6 +166,17 @@ class FilterResult:
         parts = [f"{n} x {why}" for why, n in self.tally().most_common(limit)]
         head = f"{len(self.fits)}/{total} nodes fit"
         return f"{head}: {'; '.join(parts)}" if parts else head
+
+
+@dataclass(slots=True)
+class _Remembered:
+    """The verdicts /filter read, of the candidates that fit, for the /prioritize after."""
+
+    key: int
+    #: The ledger's clock when they were read: nodes changed since are asked again.
+    clock: int
+    names: list[str]
+    verdicts: list[Verdict]
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +263,7 @@ class Placer:
         self._last_request: PodRequest | None = None
         self._last_key = 0
         self._last_generation = -1
+        self._remembered: _Remembered | None = None
         self._rng = random.Random(self.config.seed)
         self._custom: dict[str, VendorHandle] = {}
         self._scorers: dict[str, VendorHandle] = {}
@@ -642,12 +666,13 @@ class Placer:
         return out
 
     def _verdicts(
-        self, request: PodRequest, nodes: Iterable[str] | None
+        self, request: PodRequest, nodes: Iterable[str] | None, *, limit: int | None = None
     ) -> tuple[list[str], list[Verdict]]:
         """The names of *nodes* and each one's verdict (the loop of /filter).
 
         Written as comprehensions: at 5,000 nodes each Python statement per node costs
-        a millisecond. Nodes without a remembered verdict are answered together after.
+        a millisecond. Nodes without a remembered verdict are answered together after;
+        with *limit*, only when at most that many lack one (else :class:`_TooCold`).
         """
         key = self._memo_key(request)
         table = self.ledger.nodes
@@ -661,6 +686,8 @@ class Placer:
         verdicts = self._read(states, key, share, request)
         if None in verdicts:
             todo = [i for i, v in enumerate(verdicts) if v is None]
+            if limit is not None and len(todo) > limit:
+                raise _TooCold
             if len(todo) == len(states):  # a new pod shape: every node
                 self._fill(request, key, states)  # type: ignore[arg-type]
             else:
@@ -684,6 +711,52 @@ class Placer:
             unknown = self._unknown(request)
             store = _shared_of if share else _memo_of
             return [store(s).get(key) if s is not None else unknown for s in states]
+
+    def warm_verdicts(self, request: PodRequest, names: list[str]) -> list[Verdict] | None:
+        """Each of *names*' verdict, when at most :data:`WARM_FILL` of them lack one
+        (``None`` otherwise: ask :class:`~xpushare.scheduler.feasible.FeasibilityChecker`).
+
+        What /filter asks first: the verdicts of the nodes that fit are remembered, and the
+        /prioritize of the same pod, which kube-scheduler sends next with exactly those
+        nodes, reads them back (:meth:`prioritize_each`) instead of reading 500 memos again;
+        the nodes that changed in between are asked again, so the answer is the one a fresh
+        read would give. Not for vendors that score nodes themselves (``xpushare_score``).
+        """
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.warm_verdicts(request, names)
+        if self._scorers:
+            return None
+        try:
+            names, verdicts = self._verdicts(request, names, limit=WARM_FILL)
+        except _TooCold:
+            self._remembered = None
+            return None
+        fitting = [v[0] for v in verdicts]
+        self._remembered = _Remembered(
+            self._memo_key(request),
+            self.ledger.clock,
+            list(itertools.compress(names, fitting)),
+            list(itertools.compress(verdicts, fitting)),
+        )
+        return verdicts
+
+    def _recall(self, request: PodRequest, names: list[str]) -> list[Verdict] | None:
+        """The verdicts :meth:`warm_verdicts` remembered, when *names* are the nodes they
+        were for and the request's key is theirs; the nodes changed since are read again."""
+        known = self._remembered
+        if known is None or known.key != self._memo_key(request) or names != known.names:
+            return None
+        changed = self.ledger.changed_since(known.clock)
+        if changed is None:
+            return None
+        verdicts = list(known.verdicts)
+        if changed:
+            at = [i for i, name in enumerate(names) if name in changed]
+            if at:
+                _, fresh = self._verdicts(request, [names[i] for i in at])
+                for i, verdict in zip(at, fresh, strict=True):
+                    verdicts[i] = verdict
+        return verdicts
 
     def scores(self, request: PodRequest, nodes: Iterable[str] | None = None) -> dict[str, Score]:
         """The policy's score of every fitting node, as a key: higher is better.
@@ -773,7 +846,9 @@ class Placer:
         if self._scorers:
             by_name = self._scale(self.scores(request, names))
             return list(map(by_name.get, names))
-        names, verdicts = self._verdicts(request, names)
+        verdicts = self._recall(request, names)
+        if verdicts is None:
+            names, verdicts = self._verdicts(request, names)
         scaled = self._scale(self._keys_by_verdict(request, names, verdicts))
         return list(map(scaled.get, map(id, verdicts)))
 

@@ -464,7 +464,7 @@ class Extender:
             self._event(parsed.pod, "Warning", "IsolationRefused", refused)
             return answer([])
         self.remember(parsed.pod)
-        result = self.feasibility.check(request, names)
+        result = self.feasibility.check(request, names, scored=True)
         if self.cluster.dra_nodes and not _whole_devices(request):
             self._off_dra_nodes(request, result.fits, unresolvable)
         over = self._over_quota(request, parsed.view.ref.namespace, result.fits)

@@ -70,6 +70,19 @@ class Feasibility:
     reasons: dict[str, FitReason | None] = field(default_factory=dict)
 
 
+def _from_verdicts(names: list[str], verdicts: list[tuple[bool, Any, Any]]) -> Feasibility:
+    """The answer the placer's verdicts of *names* give (a refusal's message is built here,
+    for the nodes that do not fit only)."""
+    out = Feasibility(fits=[n for n, v in zip(names, verdicts, strict=True) if v[0]])
+    if len(out.fits) < len(names):
+        failed, reasons = out.failed, out.reasons
+        for name, (fits, why, reason) in zip(names, verdicts, strict=True):
+            if not fits:
+                failed[name] = why.message() if isinstance(why, PodFit) else str(why)
+                reasons[name] = reason
+    return out
+
+
 def _shareable(request: PodRequest) -> bool:
     """Whether the device part of the answer depends on the node's table signatures alone
     (host resources are checked per node before, see :meth:`FeasibilityChecker.check`)."""
@@ -161,10 +174,28 @@ class FeasibilityChecker:
         return verdict
 
     def check(
-        self, request: PodRequest, names: Iterable[str], *, observe: bool = True
+        self,
+        request: PodRequest,
+        names: Iterable[str],
+        *,
+        observe: bool = True,
+        scored: bool = False,
     ) -> Feasibility:
         """Which of *names* fit; ``observe=False`` asks without teaching the policy the
-        request's shape (the web view's what-if: a look is not a pod to learn from)."""
+        request's shape (the web view's what-if: a look is not a pod to learn from).
+
+        ``scored``: /filter's call. Where the placer remembers the verdicts (scores
+        included) of nearly all of *names*, they answer, and the placer keeps them for the
+        /prioritize of the same pod (:meth:`Placer.warm_verdicts`); the check below
+        answers the rest (a new pod shape: every node's verdict to work out).
+        """
+        if scored and isinstance(names, list):
+            if observe:
+                self.placer.observe(request)
+                observe = False
+            verdicts = self.placer.warm_verdicts(request, names)
+            if verdicts is not None:
+                return _from_verdicts(names, verdicts)
         custom = self._custom & request.vendors
         if custom and len(request.vendors) == 1 and _shareable(request):
             # A vendor with its own fit, which it may have said applies to some nodes only

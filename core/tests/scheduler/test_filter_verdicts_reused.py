@@ -1,0 +1,170 @@
+"""/filter's verdicts read once for the /prioritize that follows (issue 13, session 11).
+
+/filter asks the placer's verdicts when nearly all are remembered, and /prioritize reads the
+ones of the nodes that fit back, asking again only the nodes the ledger changed in between
+(``UsageLedger.changed_since``). Each test fails on a shortcut that would give another
+answer than a fresh read: a change in between not asked again, a log that forgets a removal,
+a /filter answer that differs from the feasibility check's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+import pytest
+
+from xpushare.models import ContainerRequest, Device
+from xpushare.placement import NoFit, Placer
+from xpushare.placement.placer import WARM_FILL
+from xpushare.scheduler.feasible import FeasibilityChecker
+from xpushare.scheduling import PodRequest, UsageLedger, Workload
+from xpushare.scheduling.ledger import CHANGE_LOG
+
+
+def gpus(node: str, n: int, model: str = "A100") -> list[Device]:
+    return [
+        Device(vendor="mock", id=f"{node}-{i}", index=i, model=model, memory_mib=1000)
+        for i in range(n)
+    ]
+
+
+def share(percent: int, cpu: int = 0) -> PodRequest:
+    req = ContainerRequest(vendor="mock", memory_percent=percent, compute_percent=percent)
+    return PodRequest.build([req], cpu_milli=cpu)
+
+
+def whole(n: int) -> PodRequest:
+    req = ContainerRequest(vendor="mock", count=n, compute_percent=100, exclusive=True)
+    return PodRequest.build([req])
+
+
+def test_the_ledger_names_the_nodes_changed_since_a_clock_reading() -> None:
+    ledger = UsageLedger()
+    ledger.set_node("a", gpus("a", 2))
+    ledger.set_node("b", gpus("b", 2))
+    start = ledger.clock
+    assert ledger.changed_since(start) == set()
+    placer = Placer(ledger, "binpack")
+    placer.commit("p", share(30), placer.decide(share(30), "a"))
+    assert ledger.changed_since(start) == {"a"}
+    ledger.set_node("c", gpus("c", 1))  # added
+    ledger.remove_node("b")  # removed, with no pod: the state is gone, the change is not
+    assert ledger.changed_since(start) == {"a", "b", "c"}
+    later = ledger.clock
+    ledger.remove("p")
+    assert ledger.changed_since(later) == {"a"}
+    # More changes than the log keeps: the reader must ask everything again.
+    for _ in range(CHANGE_LOG):
+        ledger.set_node("c", gpus("c", 1))
+    assert ledger.changed_since(later) is None
+    assert ledger.changed_since(ledger.clock - 1) == {"c"}
+
+
+def _fleet(rng: random.Random, nodes: int) -> UsageLedger:
+    ledger = UsageLedger()
+    for n in range(nodes):
+        name = f"n{n}"
+        ledger.set_node(
+            name,
+            gpus(name, rng.choice((1, 2, 4)), model=rng.choice(("A100", "T4"))),
+            cpu_milli=rng.choice((4000, 32000)),
+            memory_mib=64000,
+        )
+    return ledger
+
+
+def _requests(rng: random.Random, count: int) -> list[PodRequest]:
+    return [
+        share(rng.choice((10, 30, 50, 70)), cpu=rng.choice((0, 2000, 8000)))
+        if rng.random() < 0.7
+        else whole(rng.choice((1, 2)))
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize("policy", ["binpack", "fgd", "fgd-cpu"])
+def test_prioritize_after_filter_answers_as_a_fresh_read_whatever_changed_between(
+    policy: str,
+) -> None:
+    rng = random.Random(11)
+    ledger = _fleet(rng, 40)
+    pods = _requests(rng, 60)
+    placer = Placer(ledger, policy)
+    placer.policy.set_workload(Workload.from_requests(pods))
+    names = [*ledger.nodes, "ghost"]
+    recalled = 0
+    for i, request in enumerate(pods):
+        placer.scores(request, names)  # remembered, as after the shape's first pods
+        verdicts = placer.warm_verdicts(request, names)
+        assert verdicts is not None
+        fits = [n for n, v in zip(names, verdicts, strict=True) if v[0]]
+        # Between /filter and /prioritize: other pods land on some of these nodes, a node
+        # leaves and comes back with other devices.
+        for j, name in enumerate(rng.sample(fits, min(3, len(fits)))):
+            other = share(rng.choice((20, 40)))
+            with contextlib.suppress(NoFit):  # a node the other pod does not fit: no change
+                placer.commit(f"other-{i}-{j}", other, placer.decide(other, name))
+        if i % 7 == 0 and fits:
+            gone = rng.choice(fits)
+            state = ledger.node(gone)
+            if state is not None and not state.pods:
+                ledger.remove_node(gone)
+                ledger.set_node(gone, gpus(gone, 8))
+        recalled += placer._recall(request, fits) is not None
+        each = placer.prioritize_each(request, fits)
+        placer._remembered = None  # the same question, read afresh
+        assert each == placer.prioritize_each(request, fits), (i, request.describe())
+        best = max(
+            (n for n, s in zip(fits, each, strict=True) if s is not None),
+            key=lambda n: each[fits.index(n)] or 0.0,
+            default=None,
+        )
+        if best is not None:
+            placer.commit(f"p{i}", request, placer.decide(request, best))
+    assert recalled == len(pods), "every /prioritize read /filter's verdicts back"
+
+
+def test_a_prioritize_of_other_nodes_or_another_pod_shape_reads_afresh() -> None:
+    ledger = _fleet(random.Random(3), 10)
+    placer = Placer(ledger, "binpack")
+    names = list(ledger.nodes)
+    placer.scores(share(30), names)
+    assert placer.warm_verdicts(share(30), names) is not None
+    assert placer._recall(share(30), names) is not None
+    assert placer._recall(share(30), names[1:]) is None
+    assert placer._recall(share(50), names) is None
+
+
+def test_filter_answers_by_feasibility_where_most_verdicts_are_not_known_yet() -> None:
+    ledger = _fleet(random.Random(4), WARM_FILL + 8)
+    placer = Placer(ledger, "fgd")
+    names = list(ledger.nodes)
+    assert placer.warm_verdicts(share(30), names) is None  # a new shape: every node to score
+    assert placer._remembered is None
+    placer.scores(share(30), names)
+    assert placer.warm_verdicts(share(30), names) is not None
+
+
+@pytest.mark.parametrize("policy", ["binpack", "fgd-cpu"])
+def test_filter_from_the_verdicts_is_the_feasibility_checks_answer(policy: str) -> None:
+    rng = random.Random(7)
+    ledger = _fleet(rng, 50)
+    placer = Placer(ledger, policy)
+    pods = _requests(rng, 40)
+    placer.policy.set_workload(Workload.from_requests(pods))
+    checker = FeasibilityChecker(placer)
+    names = [*ledger.nodes, "ghost"]
+    warm = 0
+    for i, request in enumerate(pods):
+        placer.scores(request, names)
+        scored = checker.check(request, names, scored=True)
+        warm += placer._remembered is not None
+        plain = checker.check(request, names)
+        seen: Any = (scored.fits, scored.failed, scored.reasons)
+        assert seen == (plain.fits, plain.failed, plain.reasons), request.describe()
+        if scored.fits:
+            node = rng.choice(scored.fits)
+            placer.commit(f"p{i}", request, placer.decide(request, node))
+    assert warm == len(pods)
