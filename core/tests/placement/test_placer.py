@@ -637,3 +637,59 @@ def test_nodes_a_vendor_fit_leaves_to_the_core_share_their_answers_per_state(pol
                 for ledger in (shared, alone):
                     ledger.add(f"b{step}", PodAssignment(node=name, containers=(one,)))
     assert worked["shared"] * 3 < worked["alone"], f"nodes in one state worked out once: {worked}"
+
+
+def test_nodes_the_core_decides_read_their_states_answers_and_vendor_fit_nodes_their_own() -> None:
+    """For a vendor with its own fit, a node that fit leaves to the core reads its state's
+    shared answer (a node not met before costs no work once its state was answered), while
+    a node the vendor's fit decides never reads it, even in the very same state (here the
+    vendor's fit takes the node by its devices' ids, which a state leaves out)."""
+    asked: list[str] = []
+
+    class ById:
+        @hookimpl
+        def xpushare_vendor(self) -> VendorSpec:
+            return VendorSpec(
+                name="scoped",
+                api_version=API_VERSION,
+                resource_names=ResourceNames(count="scoped.example.com/gpu"),
+            )
+
+        @hookimpl
+        def xpushare_fit_applies(self, devices: Any) -> bool | None:
+            return any(d.id.startswith("linked-") for d in devices)
+
+        @hookimpl
+        def xpushare_fit(self, request: ContainerRequest, node: Any) -> FitResult | None:
+            asked.append(node.name)
+            return FitResult(fits=False, reasons={FitReason.NOT_ENOUGH_FIT: 1})
+
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("scoped", ById())
+    ledger = UsageLedger()
+    for name in [f"n{n}" for n in range(40)] + ["linked"]:
+        devices = [
+            Device(vendor="scoped", id=f"{name}-{i}", index=i, model="PLAIN", memory_mib=10)
+            for i in range(2)
+        ]
+        ledger.set_node(name, devices)
+    placer = Placer(ledger, "binpack", host=host)
+    # Another shape first: each table is asked once whether the vendor's fit applies.
+    assert list(placer.filter(placer.request(_scoped_pod(2)), list(ledger.nodes)).failed) == [
+        "linked"
+    ]
+    request = placer.request(_scoped_pod(1))
+    fills: list[int] = []
+    fill = placer._fill
+    placer._fill = lambda r, k, nodes: (fills.append(len(nodes)), fill(r, k, nodes))[1]  # type: ignore[method-assign]
+    first = placer.filter(request, [f"n{n}" for n in range(20)])
+    assert len(first.fits) == 20 and fills == [20]
+    # Twenty nodes never asked, in the state answered: read, not worked out.
+    assert len(placer.filter(request, [f"n{n}" for n in range(20, 40)]).fits) == 20
+    assert fills == [20]
+    # The vendor's node, first and last: refused by its fit, not given its state's answer.
+    for names in (["linked", "n1", "n30"], ["n2", "n31", "linked"]):
+        result = placer.filter(request, names)
+        assert list(result.failed) == ["linked"] and len(result.fits) == 2
+        assert placer.scores(request, names).keys() == set(names) - {"linked"}
+    assert set(asked) == {"linked"}

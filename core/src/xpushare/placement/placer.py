@@ -258,6 +258,10 @@ class Placer:
         self._by_state: dict[tuple[int, int], PodFit] = {}
         #: Per memo key: whether its answers depend on the node's state alone.
         self._share: dict[int, bool] = {}
+        #: Per memo key not shared: the one vendor with a fit of its own that the request
+        #: asks, where nodes that vendor's fit leaves to the core's read their verdict from
+        #: the state's shared answers (:meth:`_read`); ``None``: every node's memo.
+        self._core_vendor: dict[int, str | None] = {}
         self._tiebreaks_by_state: dict[tuple[int, tuple[int, int]], Score] = {}
         self._kinds: dict[int, dict[tuple[Any, ...], bool]] = {}
         self._last_request: PodRequest | None = None
@@ -413,8 +417,10 @@ class Placer:
             if len(self._keys) >= MAX_MEMO_KEYS:
                 self._keys.clear()
                 self._share.clear()
+                self._core_vendor.clear()
             key = self._keys[full] = next(_memo_ids)
-            self._share[key] = self._pure and self._shareable(request)
+            share = self._share[key] = self._pure and self._shareable(request)
+            self._core_vendor[key] = None if share else self._core_vendor_of(request)
         self._last_request, self._last_key = request, key
         self._last_generation = generation
         return key
@@ -440,6 +446,15 @@ class Placer:
         if todo:
             self._answer(request, key, todo)
         return None
+
+    def _core_vendor_of(self, request: PodRequest) -> str | None:
+        """The vendor with a fit of its own whose nodes may read the core's verdicts from
+        their state's shared answers, for a request :meth:`_fill_where_core_decides` fills:
+        asking that one vendor only (the common pod), else ``None``."""
+        if not (self._pure and self._core_decides_somewhere(request)):
+            return None
+        custom = {d.vendor for d in request.demands if d.vendor in self._custom}
+        return custom.pop() if len(custom) == 1 else None
 
     def _core_decides_somewhere(self, request: PodRequest) -> bool:
         """Whether a request not shared for its vendor's own fit may still be, on the nodes
@@ -702,15 +717,36 @@ class Placer:
     def _read(
         self, states: list[NodeState | None], key: int, share: bool, request: PodRequest
     ) -> list[Verdict | None]:
-        """The remembered verdict of each node (``None``: none yet)."""
+        """The remembered verdict of each node (``None``: none yet).
+
+        For a vendor with a fit of its own (``_core_vendor``), a node whose table that fit
+        leaves to the core's (``DeviceTable.vendor_fit`` False, asked once per table) or
+        that has no table of the vendor reads its state's shared answers, which
+        :meth:`_fill_where_core_decides` keeps for such nodes only; any other node, its own
+        memo. Why: the vendor's nodes then need no answer of their own per pod shape (with
+        per-node memos, each of 5,000 nodes missed once per shape and workload
+        generation, and /filter fell back to its slower path for tens of calls after each).
+        """
         try:  # (no test for unknown nodes first: a pass over 5,000 nodes costs 0.2 ms)
             if share:
                 return [s.shared.get(key) for s in states]  # type: ignore[union-attr]
+            vendor = self._core_vendor.get(key)
+            if vendor is not None:
+                return [
+                    (
+                        s.shared  # type: ignore[union-attr]
+                        if (t := s.tables.get(vendor)) is None or t.vendor_fit is False  # type: ignore[union-attr]
+                        else s.memo  # type: ignore[union-attr]
+                    ).get(key)
+                    for s in states
+                ]
             return [s.memo.get(key) for s in states]  # type: ignore[union-attr]
         except AttributeError:  # nodes the ledger does not know
             unknown = self._unknown(request)
-            store = _shared_of if share else _memo_of
-            return [store(s).get(key) if s is not None else unknown for s in states]
+            return [
+                self._read([s], key, share, request)[0] if s is not None else unknown
+                for s in states
+            ]
 
     def warm_verdicts(self, request: PodRequest, names: list[str]) -> list[Verdict] | None:
         """Each of *names*' verdict, when at most :data:`WARM_FILL` of them lack one
@@ -1171,7 +1207,6 @@ def _by_name(names: list[str], verdicts: list[Verdict], values: Mapping[int, _T]
 
 #: A node's answers shared with its state, and its own (C-level, for map()).
 _shared_of: Callable[[NodeState], dict[Any, Any]] = operator.attrgetter("shared")
-_memo_of: Callable[[NodeState], dict[Any, Any]] = operator.attrgetter("memo")
 
 
 class _TableUsage(Mapping[str, DeviceUsage]):
