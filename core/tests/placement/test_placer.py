@@ -693,3 +693,10 @@ def test_nodes_the_core_decides_read_their_states_answers_and_vendor_fit_nodes_t
         assert list(result.failed) == ["linked"] and len(result.fits) == 2
         assert placer.scores(request, names).keys() == set(names) - {"linked"}
     assert set(asked) == {"linked"}
+    # A node whose inventory changes is asked again: n5 now has devices the vendor takes.
+    devices = [
+        Device(vendor="scoped", id=f"linked-n5-{i}", index=i, model="PLAIN", memory_mib=10)
+        for i in range(2)
+    ]
+    ledger.set_node("n5", devices)
+    assert list(placer.filter(request, ["n5", "n6"]).failed) == ["n5"]

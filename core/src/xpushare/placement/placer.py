@@ -188,6 +188,19 @@ class Decision:
     assignment: PodAssignment
 
 
+#: One marker per set of vendor names (``NodeState.core_mark``); a process has one or two.
+_CORE_MARKS: dict[frozenset[str], object] = {}
+
+
+def _core_mark_of(vendors: frozenset[str]) -> object:
+    found = _CORE_MARKS.get(vendors)
+    if found is None:
+        if len(_CORE_MARKS) >= MAX_POD_POLICIES:  # a bound for tests that build many hosts
+            _CORE_MARKS.clear()
+        found = _CORE_MARKS[vendors] = object()
+    return found
+
+
 def policy_registry(host: PluginHost | None = None) -> PolicyRegistry:
     """Every policy: the core's, and those plugins contribute through the hook."""
     registry = PolicyRegistry()
@@ -258,10 +271,10 @@ class Placer:
         self._by_state: dict[tuple[int, int], PodFit] = {}
         #: Per memo key: whether its answers depend on the node's state alone.
         self._share: dict[int, bool] = {}
-        #: Per memo key not shared: the one vendor with a fit of its own that the request
-        #: asks, where nodes that vendor's fit leaves to the core's read their verdict from
-        #: the state's shared answers (:meth:`_read`); ``None``: every node's memo.
-        self._core_vendor: dict[int, str | None] = {}
+        #: Per memo key not shared: whether nodes the vendors' own fits all leave to the
+        #: core's (``NodeState.core_mark``) read their verdict from their state's shared
+        #: answers (:meth:`_read`), as :meth:`_fill_where_core_decides` keeps them.
+        self._core_reads: dict[int, bool] = {}
         self._tiebreaks_by_state: dict[tuple[int, tuple[int, int]], Score] = {}
         self._kinds: dict[int, dict[tuple[Any, ...], bool]] = {}
         self._last_request: PodRequest | None = None
@@ -277,6 +290,10 @@ class Placer:
                     self._custom[name] = handle
                 if self.config.vendor_score_weight > 0 and handle.implements("xpushare_score"):
                     self._scorers[name] = handle
+        #: The mark this placer leaves on nodes the core decides for all of its vendors
+        #: with their own fits: one object per set of such vendors, so placers of one host
+        #: (the per-pod policies' variants) read each other's marks.
+        self._core_mark = _core_mark_of(frozenset(self._custom))
         self._tiebreaks = type(self.policy).tiebreak is not Policy.tiebreak
         self._pure = bool(getattr(self.policy, "state_pure", False))
         mode = self.config.device_policy
@@ -417,10 +434,12 @@ class Placer:
             if len(self._keys) >= MAX_MEMO_KEYS:
                 self._keys.clear()
                 self._share.clear()
-                self._core_vendor.clear()
+                self._core_reads.clear()
             key = self._keys[full] = next(_memo_ids)
             share = self._share[key] = self._pure and self._shareable(request)
-            self._core_vendor[key] = None if share else self._core_vendor_of(request)
+            self._core_reads[key] = (
+                not share and self._pure and self._core_decides_somewhere(request)
+            )
         self._last_request, self._last_key = request, key
         self._last_generation = generation
         return key
@@ -447,14 +466,15 @@ class Placer:
             self._answer(request, key, todo)
         return None
 
-    def _core_vendor_of(self, request: PodRequest) -> str | None:
-        """The vendor with a fit of its own whose nodes may read the core's verdicts from
-        their state's shared answers, for a request :meth:`_fill_where_core_decides` fills:
-        asking that one vendor only (the common pod), else ``None``."""
-        if not (self._pure and self._core_decides_somewhere(request)):
-            return None
-        custom = {d.vendor for d in request.demands if d.vendor in self._custom}
-        return custom.pop() if len(custom) == 1 else None
+    def _mark(self, node: NodeState) -> None:
+        """Leave :attr:`_core_mark` on *node* when the core's fit decides on each of its
+        tables that a vendor with a fit of its own owns (each table asked once)."""
+        ledger = self.ledger
+        for vendor, table in node.tables.items():
+            handle = self._custom.get(vendor)
+            if handle is not None and vendor_fit_applies(ledger, handle, node.name, table):
+                return
+        node.core_mark = self._core_mark
 
     def _core_decides_somewhere(self, request: PodRequest) -> bool:
         """Whether a request not shared for its vendor's own fit may still be, on the nodes
@@ -490,6 +510,7 @@ class Placer:
             if (handle := self._custom.get(d.vendor)) is not None
         ]
         ledger = self.ledger
+        mark = self._core_mark
         for node in nodes:
             decides = True
             for vendor, handle in custom:
@@ -504,6 +525,8 @@ class Placer:
             if not decides:
                 own.append(node)
                 continue
+            if node.core_mark is not mark:
+                self._mark(node)
             found = node.shared.get(key)
             if found is None:
                 waiting.append(node)
@@ -719,25 +742,22 @@ class Placer:
     ) -> list[Verdict | None]:
         """The remembered verdict of each node (``None``: none yet).
 
-        For a vendor with a fit of its own (``_core_vendor``), a node whose table that fit
-        leaves to the core's (``DeviceTable.vendor_fit`` False, asked once per table) or
-        that has no table of the vendor reads its state's shared answers, which
+        For a request of vendors with fits of their own (``_core_reads``), a node those
+        fits all leave to the core's (``NodeState.core_mark``, left by :meth:`_mark` once
+        its tables were asked) reads its state's shared answers, which
         :meth:`_fill_where_core_decides` keeps for such nodes only; any other node, its own
         memo. Why: the vendor's nodes then need no answer of their own per pod shape (with
         per-node memos, each of 5,000 nodes missed once per shape and workload
-        generation, and /filter fell back to its slower path for tens of calls after each).
+        generation, and /filter fell back to its slower path for tens of calls after each),
+        and the mark is one attribute where the tables' answers were three lookups a node.
         """
         try:  # (no test for unknown nodes first: a pass over 5,000 nodes costs 0.2 ms)
             if share:
                 return [s.shared.get(key) for s in states]  # type: ignore[union-attr]
-            vendor = self._core_vendor.get(key)
-            if vendor is not None:
+            if self._core_reads.get(key):
+                mark = self._core_mark
                 return [
-                    (
-                        s.shared  # type: ignore[union-attr]
-                        if (t := s.tables.get(vendor)) is None or t.vendor_fit is False  # type: ignore[union-attr]
-                        else s.memo  # type: ignore[union-attr]
-                    ).get(key)
+                    (s.shared if s.core_mark is mark else s.memo).get(key)  # type: ignore[union-attr]
                     for s in states
                 ]
             return [s.memo.get(key) for s in states]  # type: ignore[union-attr]

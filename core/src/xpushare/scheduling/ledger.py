@@ -261,6 +261,7 @@ class UsageLedger:
         state.labels = dict(labels or {})
         # Kept for the node's life: compacted (models/_compact.py, ~600 bytes a device).
         self._inventory[name] = {v: tuple(map(compact, ds)) for v, ds in by_vendor.items()}
+        state.core_mark = None  # new tables: the vendors' fits are asked again
         state.tables = {
             vendor: DeviceTable(
                 vendor,

@@ -480,6 +480,7 @@ class NodeState:
     """
 
     __slots__ = (
+        "core_mark",
         "cpu_alloc",
         "cpu_used",
         "index",
@@ -529,6 +530,11 @@ class NodeState:
         #: all of them (the ledger swaps it when the node changes).
         self.shared: dict[Any, Any] = {}
         self.state_key: int | None = None
+        #: Left by the placement engine (``Placer._mark``): a marker of the set of vendors
+        #: with fits of their own for which the core's fit decides on every table of this
+        #: node, so the node reads its state's shared answers for them. ``None`` until
+        #: asked; the ledger resets it whenever it builds the node's tables again.
+        self.core_mark: object | None = None
 
     def remember(self, key: Any, value: Any) -> None:
         """Keep an answer in the node's own memo (bounded: :func:`remember`)."""
