@@ -138,11 +138,19 @@ def test_a_prioritize_of_other_nodes_or_another_pod_shape_reads_afresh() -> None
 
 
 def test_filter_answers_by_feasibility_where_most_verdicts_are_not_known_yet() -> None:
-    ledger = _fleet(random.Random(4), WARM_FILL + 8)
+    ledger = UsageLedger()
+    for n in range(WARM_FILL + 8):  # each node in a state of its own (its free CPU)
+        ledger.set_node(f"n{n}", gpus(f"n{n}", 2), cpu_milli=4000 + n)
     placer = Placer(ledger, "fgd")
     names = list(ledger.nodes)
-    assert placer.warm_verdicts(share(30), names) is None  # a new shape: every node to score
-    assert placer._remembered is None
+    reads: list[int] = []
+    read = placer._read
+    placer._read = lambda states, *a: (reads.append(len(states)), read(states, *a))[1]  # type: ignore[method-assign]
+    # A new shape: every node to score, and not a memo read first.
+    assert placer.warm_verdicts(share(30), names) is None
+    assert placer._remembered is None and reads == []
+    placer.scores(share(30), names[:5])  # a shape asked before, but of 5 nodes only
+    assert placer.warm_verdicts(share(30), names) is None
     placer.scores(share(30), names)
     assert placer.warm_verdicts(share(30), names) is not None
 

@@ -281,6 +281,7 @@ class Placer:
         self._last_key = 0
         self._last_generation = -1
         self._remembered: _Remembered | None = None
+        self._keys_made = 0
         self._rng = random.Random(self.config.seed)
         self._custom: dict[str, VendorHandle] = {}
         self._scorers: dict[str, VendorHandle] = {}
@@ -436,6 +437,7 @@ class Placer:
                 self._share.clear()
                 self._core_reads.clear()
             key = self._keys[full] = next(_memo_ids)
+            self._keys_made += 1
             share = self._share[key] = self._pure and self._shareable(request)
             self._core_reads[key] = (
                 not share and self._pure and self._core_decides_somewhere(request)
@@ -780,7 +782,12 @@ class Placer:
         """
         if request.policy is not None and (other := self.for_request(request)) is not self:
             return other.warm_verdicts(request, names)
-        if self._scorers:
+        made = self._keys_made
+        self._memo_key(request)
+        if self._scorers or self._keys_made != made:
+            # A shape (or workload generation) not asked before: no verdict is known, so
+            # the pass over the memos is skipped too (a stream of distinct shapes).
+            self._remembered = None
             return None
         try:
             names, verdicts = self._verdicts(request, names, limit=WARM_FILL)
