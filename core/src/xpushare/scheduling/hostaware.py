@@ -337,13 +337,13 @@ class HostAwareMeter(FragmentationMeter):
 
 
 class FgdCpuPolicy(FragmentationPolicy):
-    """FGD with scarcity-weighted pinned shapes, ties settled by CPU-aware fragmentation,
-    then by best-fit."""
+    """FGD with scarcity-weighted pinned shapes, ties settled by the growth of FGD's plus
+    that of the CPU-aware fragmentation, then by best-fit."""
 
     name = "fgd-cpu"
     description = (
-        "FGD, pinned shapes weighed by their models' scarcity; ties by CPU-aware "
-        "fragmentation, then best-fit (the default)"
+        "FGD, pinned shapes weighed by their models' scarcity; ties by FGD's and the "
+        "CPU-aware fragmentation's growth, then best-fit (the default)"
     )
 
     def __init__(
