@@ -185,7 +185,8 @@ def test_fgd_cpu_ranks_by_the_integer_score_then_the_cpu_aware_growth() -> None:
     # shape (FGD growth 8), but its cores were stranding GPU capacity: 3 copies of the 10 %
     # shape could run before (700 units stranded), 1 after (300), so the CPU-aware measure
     # shrinks by 384. "y": a GPU 30 % booked and 64 cores: FGD growth 2, CPU-aware growth 2.
-    # The exact growth prefers "y"; both score 49, and the CPU-aware growth prefers "x".
+    # The exact growth prefers "y"; both score 49, and the sum of the two growths (-376
+    # against 4) prefers "x".
     w = workload((share(50), 0.02), (share(10, cpu=4000), 0.98))
     task = share(60, cpu=8000)
     for order in (("x", "y"), ("y", "x")):
@@ -199,9 +200,40 @@ def test_fgd_cpu_ranks_by_the_integer_score_then_the_cpu_aware_growth() -> None:
         policy = FgdCpuPolicy(w)
         assert policy.cpu_aware
         keys = [policy.score(nodes[n], task) for n in "xy"]
-        assert [k[:2] for k in keys] == [(49, 384), (49, -2)]  # type: ignore[index]
+        assert [k[:2] for k in keys] == [(49, 376), (49, -4)]  # type: ignore[index]
         assert policy.score_many([nodes["x"], nodes["y"]], task) == keys
         assert Placer(ledger, policy).select(task) == "x"
+
+
+def test_fgd_cpu_settles_ties_by_both_growths_not_the_cpu_aware_one_alone() -> None:
+    # Shapes: 50 % of a GPU, no CPU (10 %); 5 % with 4 cores (90 %). The task: 60 % with 44.
+    # "x": an empty GPU and 48 cores. After the task its 400 units cannot hold the 50 %
+    # shape (FGD growth 40), but its cores stranded capacity of the 5 % shape: 12 copies
+    # could run before (850 units stranded), 1 after (350 of 400): the CPU-aware growth is
+    # 40 - 0.9 x 50 = -5. "y": a GPU 30 % booked and 64 cores: both growths 10 (its 100
+    # units left cannot hold the 50 % shape). Both score 49. The CPU-aware growth alone
+    # prefers "x" (-5 against 10), the sum of both growths "y" (20 against 35): FGD's own
+    # difference inside a score step counts as much as the CPU's (docs/simulator.md, "What
+    # was tried": on multigpu30 and multigpu40 the sum placed more).
+    w = workload((share(50), 0.1), (share(5, cpu=4000), 0.9))
+    task = share(60, cpu=44000)
+    for order in (("x", "y"), ("y", "x")):
+        ledger = UsageLedger()
+        for name in order:
+            ledger.set_node(name, gpus(name, 1), cpu_milli=48000 if name == "x" else 64000)
+        use(ledger, "p", "y", 0, 30)
+        nodes = ledger.nodes
+        fgd = FragmentationPolicy(w)
+        assert [round(fgd.best(nodes[n], task).growth, 6) for n in "xy"] == [40, 10]
+        policy = FgdCpuPolicy(w)
+        keys = [policy.score(nodes[n], task) for n in "xy"]
+        assert [k[0] for k in keys] == [49, 49]  # type: ignore[index]
+        assert [
+            round(policy._tie(nodes[n], task, policy.best(nodes[n], task)), 6) for n in "xy"
+        ] == [-5, 10]
+        assert [round(k[1], 6) for k in keys] == [-35, -20]  # type: ignore[index]
+        assert policy.score_many([nodes["x"], nodes["y"]], task) == keys
+        assert Placer(ledger, policy).select(task) == "y"
 
 
 def test_workload_keeps_the_most_popular_shapes_up_to_the_coverage() -> None:
