@@ -418,12 +418,11 @@ class Placer:
         if request.policy is not None and (other := self.for_request(request)) is not self:
             return other.verdict(node, request)
         key = self._memo_key(request)
-        store = node.shared if self._share[key] else node.memo
-        hit = store.get(key)
+        hit = self._read([node], key, self._share[key], request)[0]
         if hit is None:
             self._fill(request, key, [node])
-            hit = store[key]
-        return hit  # type: ignore[no-any-return]
+            hit = self._read([node], key, self._share[key], request)[0]
+        return hit  # type: ignore[return-value]
 
     def _memo_key(self, request: PodRequest) -> int:
         generation = self.policy.generation
@@ -503,17 +502,23 @@ class Placer:
         """
         own: list[NodeState] = []
         waiting: list[NodeState] = []
+        mark = self._core_mark
+        # Nodes marked as the core's for every vendor with a fit of its own (most, once
+        # their tables were asked) need no per-node step: they read their state's shared
+        # answers (:meth:`_read`), so only the states without one are worked out, as for
+        # a request without such vendors (comprehensions: a cold fill meets every node).
+        marked = [n for n in nodes if n.core_mark is mark]
+        rest = [n for n in nodes if n.core_mark is not mark] if len(marked) < len(nodes) else []
         # The request's vendors with a fit of their own, once per call; per node, the
-        # table's cached answer is read inline (this loop meets every candidate whose memo
-        # lacks the request: each node once per pod shape, and all after a new workload).
+        # table's cached answer is read inline (this loop meets every unmarked candidate
+        # whose memo lacks the request).
         custom = [
             (d.vendor, handle)
             for d in request.demands
             if (handle := self._custom.get(d.vendor)) is not None
         ]
         ledger = self.ledger
-        mark = self._core_mark
-        for node in nodes:
+        for node in rest:
             decides = True
             for vendor, handle in custom:
                 table = node.tables.get(vendor)
@@ -527,20 +532,25 @@ class Placer:
             if not decides:
                 own.append(node)
                 continue
-            if node.core_mark is not mark:
-                self._mark(node)
+            self._mark(node)
+            if node.core_mark is mark:
+                marked.append(node)
+                continue
+            # The core's for this request's vendors, not for another of the node's: it
+            # reads its own memo, which gets its state's answer.
             found = node.shared.get(key)
             if found is None:
                 waiting.append(node)
-            elif len(node.memo) < node.memo_limit:
-                node.memo[key] = found
             else:
                 remember(node.memo, key, found, node.memo_limit)
-        if waiting:
-            firsts = dict(zip(map(id, map(_shared_of, waiting)), waiting, strict=True))
+        if marked or waiting:
+            unanswered = [n for n in marked if key not in n.shared]
+            unanswered += waiting
+            firsts = dict(zip(map(id, map(_shared_of, unanswered)), unanswered, strict=True))
             todo = [n for n in firsts.values() if key not in n.shared]
-            for node, verdict in zip(todo, self._answer(request, key, todo), strict=True):
-                remember(node.shared, key, verdict, node.memo_limit)
+            if todo:
+                for node, verdict in zip(todo, self._answer(request, key, todo), strict=True):
+                    remember(node.shared, key, verdict, node.memo_limit)
             for node in waiting:
                 remember(node.memo, key, node.shared[key], node.memo_limit)
         if own:
@@ -733,8 +743,9 @@ class Placer:
             else:
                 self._fill(request, key, [states[i] for i in todo])  # type: ignore[misc]
             if len(todo) * 4 < len(verdicts):
-                for i in todo:
-                    verdicts[i] = (states[i].shared if share else states[i].memo)[key]  # type: ignore[union-attr]
+                fresh = self._read([states[i] for i in todo], key, share, request)
+                for i, verdict in zip(todo, fresh, strict=True):
+                    verdicts[i] = verdict
             else:  # mostly new (a new pod shape): read them all again, at C speed
                 verdicts = self._read(states, key, share, request)
         return names, verdicts  # type: ignore[return-value]
