@@ -11,9 +11,10 @@ per decision (filter then prioritize over every node, as kube-scheduler calls th
   node that changed is re-evaluated (the steady state of a scheduler).
 
 Usage: ``uv run python benchmarks/bench_placement.py [--nodes 500,5000] [--policy fgd]
-[--runs 3]``. Each configuration runs ``--runs`` times on fresh fleets (different seeds)
-and each figure is the median over the runs, with its range. Prints figures; asserts
-nothing (machines are noisy).
+[--runs 3] [--vendor nvidia]``. Each configuration runs ``--runs`` times on fresh fleets
+(different seeds) and each figure is the median over the runs, with its range. Prints
+figures; asserts nothing (machines are noisy). ``--vendor nvidia``: the fleet's GPUs are
+NVIDIA's and the engine asks the installed xpushare-nvidia plugin (its fit hook).
 """
 
 from __future__ import annotations
