@@ -544,10 +544,11 @@ class Placer:
             else:
                 remember(node.memo, key, found, node.memo_limit)
         if marked or waiting:
+            # One node per state without an answer (waiting nodes lack one already).
             unanswered = [n for n in marked if key not in n.shared]
             unanswered += waiting
             firsts = dict(zip(map(id, map(_shared_of, unanswered)), unanswered, strict=True))
-            todo = [n for n in firsts.values() if key not in n.shared]
+            todo = list(firsts.values())
             if todo:
                 for node, verdict in zip(todo, self._answer(request, key, todo), strict=True):
                     remember(node.shared, key, verdict, node.memo_limit)
@@ -794,7 +795,7 @@ class Placer:
         if request.policy is not None and (other := self.for_request(request)) is not self:
             return other.warm_verdicts(request, names)
         made = self._keys_made
-        self._memo_key(request)
+        key = self._memo_key(request)
         if self._scorers or self._keys_made != made:
             # A shape (or workload generation) not asked before: no verdict is known, so
             # the pass over the memos is skipped too (a stream of distinct shapes).
@@ -807,7 +808,7 @@ class Placer:
             return None
         fitting = [v[0] for v in verdicts]
         self._remembered = _Remembered(
-            self._memo_key(request),
+            key,
             self.ledger.clock,
             list(itertools.compress(names, fitting)),
             list(itertools.compress(verdicts, fitting)),
@@ -823,13 +824,13 @@ class Placer:
         changed = self.ledger.changed_since(known.clock)
         if changed is None:
             return None
+        at = [i for i, name in enumerate(names) if name in changed] if changed else []
+        if not at:
+            return known.verdicts
         verdicts = list(known.verdicts)
-        if changed:
-            at = [i for i, name in enumerate(names) if name in changed]
-            if at:
-                _, fresh = self._verdicts(request, [names[i] for i in at])
-                for i, verdict in zip(at, fresh, strict=True):
-                    verdicts[i] = verdict
+        _, fresh = self._verdicts(request, [names[i] for i in at])
+        for i, verdict in zip(at, fresh, strict=True):
+            verdicts[i] = verdict
         return verdicts
 
     def scores(self, request: PodRequest, nodes: Iterable[str] | None = None) -> dict[str, Score]:
