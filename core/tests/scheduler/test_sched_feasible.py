@@ -247,3 +247,20 @@ def test_the_candidate_rows_follow_nodes_added_changed_and_removed() -> None:
             )
     rows = checker.rows()
     assert born > 20 and len(rows.rows) > 60, "the rows grew with the fleet"
+
+
+def test_a_name_no_row_has_is_unknown_whatever_the_fleet_size() -> None:
+    """A name the ledger does not know reads the rows' spare last row (numpy's index -1):
+    it must never be a node's, also when the fleet fills the arrays' capacity exactly."""
+    for size in (0, 1, 1_023, 1_024, 1_025):
+        ledger = UsageLedger()
+        checker = FeasibilityChecker(Placer(ledger, "binpack"))
+        checker.rows()  # rows made before the nodes: they grow as nodes come
+        for n in range(size):
+            device = Device(vendor="acme", id=f"n{n}-0", index=0, model="A100", memory_mib=8_000)
+            ledger.set_node(f"n{n}", [device])
+        request = PodRequest.build([ContainerRequest(vendor="acme", memory_mib=1_000)])
+        names = [f"n{n}" for n in range(size)] + ["ghost"] * 40
+        got = checker.check(request, names)
+        assert got.fits == names[:size], size
+        assert set(got.failed) == {"ghost"} and got.reasons["ghost"] is not None, size

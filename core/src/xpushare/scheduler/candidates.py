@@ -53,10 +53,13 @@ class CandidateRows:
         self.sids: dict[str, np.ndarray[Any, Any]] = {}
         #: Vendors whose own fit may take some tables, and how to ask whether it does.
         self.vendor_fit: dict[str, Any] = {}
+        self._grow(0)  # the spare last row, before any node
 
     def _grow(self, size: int) -> None:
+        """Room for *size* rows and one more: the last row is never a node's, so its
+        markers (UNKNOWN) answer the lookup's -1, which numpy reads as the last row."""
         np = self.np
-        capacity = max(size, 2 * len(self.cpu_free), 1024)
+        capacity = max(size + 1, 2 * len(self.cpu_free), 1024)
         pad = capacity - len(self.cpu_free)
         self.cpu_free = np.concatenate([self.cpu_free, np.zeros(pad, dtype=np.int64)])
         self.memory_free = np.concatenate([self.memory_free, np.zeros(pad, dtype=np.int64)])
@@ -98,7 +101,7 @@ class CandidateRows:
                     continue
                 row = self.rows[name] = len(self.states)
                 self.states.append(None)
-                if row >= len(self.cpu_free):
+                if row + 1 >= len(self.cpu_free):
                     self._grow(row + 1)
             self._write(row, state)
 
@@ -115,7 +118,8 @@ class CandidateRows:
         return sids
 
     def lookup(self, names: list[str]) -> np.ndarray[Any, Any]:
-        """The row of each name (-1: a name no row has)."""
+        """The row of each name (-1: a name no row has; as an index, the spare last row,
+        whose state ids are all UNKNOWN)."""
         found: np.ndarray[Any, Any] = self.np.fromiter(
             map(self.rows.get, names, repeat(-1)), dtype=self.np.int64, count=len(names)
         )
