@@ -605,9 +605,9 @@ def test_nodes_a_vendor_fit_leaves_to_the_core_share_their_answers_per_state(pol
     worked: dict[str, int] = {"shared": 0, "alone": 0}
 
     def counting(which: str, answer: Any) -> Any:
-        def counted(request: PodRequest, key: int, nodes: Any) -> Any:
+        def counted(request: PodRequest, key: int, nodes: Any, **how: Any) -> Any:
             worked[which] += len(nodes)
-            return answer(request, key, nodes)
+            return answer(request, key, nodes, **how)
 
         return counted
 
@@ -637,6 +637,85 @@ def test_nodes_a_vendor_fit_leaves_to_the_core_share_their_answers_per_state(pol
                 for ledger in (shared, alone):
                     ledger.add(f"b{step}", PodAssignment(node=name, containers=(one,)))
     assert worked["shared"] * 3 < worked["alone"], f"nodes in one state worked out once: {worked}"
+
+
+@pytest.mark.parametrize("policy", ["fgd-cpu", "fgd", "binpack", "spread"])
+def test_nodes_the_core_decides_get_the_verdicts_of_a_fit_and_score_of_each_node_alone(
+    policy: str,
+) -> None:
+    """Where a vendor's own fit leaves nodes to the core, a one-container pod is answered
+    on the shared path (table summaries, the policy's arrays, refusals walked per state)
+    instead of a vendor fit and a device walk per node: each node still gets the verdict
+    of :func:`fit_pod` with the vendor's fit and the policy's score of that node alone,
+    refusal messages included, over random states and pod shapes, as the fleet fills."""
+    import random
+
+    from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
+    from xpushare.scheduling import Workload, fit_pod
+
+    rng = random.Random(11)
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("scoped", _scoped_vendor(lambda ds: any(d.model == "LINKED" for d in ds), []))
+    ledger = UsageLedger()
+    for n in range(50):
+        model = "LINKED" if n % 10 == 0 else rng.choice(("PLAIN", "SMALL"))
+        size = 100 if model != "SMALL" else 40
+        count = rng.choice((1, 2, 4, 8))
+        devices = [
+            Device(vendor="scoped", id=f"n{n}-{i}", index=i, model=model, memory_mib=size)
+            for i in range(count)
+        ]
+        ledger.set_node(f"n{n}", devices, cpu_milli=rng.choice((8000, 32000)))
+        pieces = []
+        for d in devices:
+            pct = rng.choice((0, 0, 25, 50, 75, 100))
+            if pct:
+                mem = size * pct // 100
+                pieces.append(DeviceSlice(device_id=d.id, memory_mib=mem, compute_percent=pct))
+        if pieces:
+            one = ContainerAssignment(container="c", vendor="scoped", devices=tuple(pieces))
+            ledger.add(f"old/n{n}", PodAssignment(node=f"n{n}", containers=(one,)))
+    pods = []
+    for _ in range(60):
+        if rng.random() < 0.5:
+            pct = rng.choice((10, 30, 50, 70))
+            req = ContainerRequest(
+                vendor="scoped",
+                count=rng.choice((1, 1, 2)),
+                memory_percent=pct,
+                compute_percent=pct,
+                models_include=rng.choice(((), ("SMALL",))),
+                numa_bind=rng.random() < 0.2,
+            )
+        else:
+            req = ContainerRequest(
+                vendor="scoped", count=rng.choice((1, 2, 4)), compute_percent=100, exclusive=True
+            )
+        pods.append(PodRequest.build([req], cpu_milli=rng.choice((1000, 4000, 12000))))
+    workload = Workload.from_requests(pods)
+    engine = Placer(ledger, policy, host=host)
+    engine.policy.set_workload(workload)
+    names = list(ledger.nodes)
+    for i, request in enumerate(pods):
+        result = engine.filter(request, names)
+        scores = engine.scores(request, result.fits)
+        fitters = engine._fitters(request)
+        reference = policy_registry().create(policy)  # scores one node at a time
+        reference.attach(ledger)
+        reference.set_workload(workload)
+        for name in names:
+            node = ledger.nodes[name]
+            alone = fit_pod(node, request, custom=fitters)
+            assert (name in result.fits) == alone.fits, (name, request.describe())
+            if not alone.fits:
+                assert result.failed[name] == alone.message(), (name, request.describe())
+            elif not name.endswith("0"):  # the vendor's own nodes are scored as before
+                node.memo = {}
+                want = score_key(reference.score(node, request))
+                assert scores[name] == want[: len(scores[name])], (name, request.describe())
+        if scores:
+            best = max(scores, key=lambda n: scores[n])
+            engine.commit(f"p{i}", request, engine.decide(request, best))
 
 
 def test_nodes_the_core_decides_read_their_states_answers_and_vendor_fit_nodes_their_own() -> None:

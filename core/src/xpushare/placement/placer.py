@@ -550,19 +550,30 @@ class Placer:
             firsts = dict(zip(map(id, map(_shared_of, unanswered)), unanswered, strict=True))
             todo = list(firsts.values())
             if todo:
-                for node, verdict in zip(todo, self._answer(request, key, todo), strict=True):
+                answers = self._answer(request, key, todo, core=True)
+                for node, verdict in zip(todo, answers, strict=True):
                     remember(node.shared, key, verdict, node.memo_limit)
             for node in waiting:
                 remember(node.memo, key, node.shared[key], node.memo_limit)
         if own:
             self._answer(request, key, own)
 
-    def _answer(self, request: PodRequest, key: int, nodes: Sequence[NodeState]) -> list[Verdict]:
-        """Fit each node, then score the ones that fit in one call; remembered."""
+    def _answer(
+        self, request: PodRequest, key: int, nodes: Sequence[NodeState], *, core: bool = False
+    ) -> list[Verdict]:
+        """Fit each node, then score the ones that fit in one call; remembered.
+
+        ``core``: the vendors' own fits leave every one of *nodes* to the core's
+        (:meth:`_fill_where_core_decides`), so a one-container pod takes the shared path
+        of a vendor without a fit of its own: the table summaries and the policy's arrays
+        decide, instead of a vendor fit asked and a device walk per node (with NVIDIA, a
+        third of a cold fill's time). Refusals then walk the devices as the vendor's path
+        does (no summary shortcut), so they read the same.
+        """
         out: list[Verdict | None] = [None] * len(nodes)
         scoring: list[int] = []
         demands = request.demands
-        single = len(demands) == 1 and not demands[0].init and self._shareable(request)
+        single = len(demands) == 1 and not demands[0].init and (core or self._shareable(request))
         fit_in_score = single and self.policy.fits_in_score
         kinds = self._kind_fits(key, demands[0]) if single and not fit_in_score else None
         demand = demands[0] if demands else None
@@ -599,7 +610,7 @@ class Placer:
                     scoring.append(i)
                     continue
             if single:
-                fit = self._fit_single(node, request, demands[0], key)
+                fit = self._fit_single(node, request, demands[0], key, quick=not core)
             else:
                 fit = fit_pod(node, request, custom=self._fitters(request))
             if fit.fits:
@@ -628,7 +639,11 @@ class Placer:
                             found = same[score] = (True, score, None)
                         out[i] = found
                     continue
-                why = self._fit_single(nodes[i], request, demands[0], key) if single else None
+                why = (
+                    self._fit_single(nodes[i], request, demands[0], key, quick=not core)
+                    if single
+                    else None
+                )
                 if why is None or why.fits:  # the policy disagrees: never turn a node away
                     log.warning("policy %s: no score for a node the pod fits", self.policy.name)
                     out[i] = (True, _LOWEST, None)
@@ -664,11 +679,17 @@ class Placer:
             found = self._kinds[key] = {}
         return found
 
-    def _fit_single(self, node: NodeState, request: PodRequest, demand: Demand, key: int) -> PodFit:
+    def _fit_single(
+        self, node: NodeState, request: PodRequest, demand: Demand, key: int, *, quick: bool = True
+    ) -> PodFit:
         """Feasibility of a one-container pod, shared between nodes in the same device state.
 
         Where the pod goes on the node does not matter here (the winner's devices are chosen
         by :meth:`decide`), so nodes whose tables have the same signature get one answer.
+        ``quick=False``: without the table summaries' shortcut, as :func:`fit_pod` answers
+        for a vendor with a fit of its own (its refusals count every device's reason). A
+        key is asked one way only (by whether its vendors have fits of their own), so the
+        answers kept under it agree.
         """
         reason = host_reject(node, request)
         if reason is not None:
@@ -681,7 +702,7 @@ class Placer:
         if fit is None:
             if len(self._by_state) >= _MAX_STATE_ANSWERS:
                 self._by_state.clear()
-            fit = self._by_state[skey] = fit_alone(table, demand)
+            fit = self._by_state[skey] = fit_alone(table, demand, quick=quick)
         return fit
 
     def _nodes(self, names: Iterable[str] | None) -> Iterable[tuple[str, NodeState | None]]:
