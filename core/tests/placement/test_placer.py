@@ -718,6 +718,34 @@ def test_nodes_the_core_decides_get_the_verdicts_of_a_fit_and_score_of_each_node
             engine.commit(f"p{i}", request, engine.decide(request, best))
 
 
+@pytest.mark.parametrize("policy", ["fgd-cpu", "binpack"])
+def test_select_over_the_fleet_reads_the_marked_nodes_answers(policy: str) -> None:
+    """select() over the whole fleet (the simulator's call) with a vendor whose fit leaves
+    most nodes to the core: those nodes keep their verdicts with their state's answers, not
+    in their memo; select reads them there (it raised KeyError) and chooses the node the
+    scores rank first, as the fleet fills."""
+    from xpushare.scheduling import fit_pod
+
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("scoped", _scoped_vendor(lambda ds: any(d.model == "LINKED" for d in ds), []))
+    ledger = _scoped_fleet()
+    placer = Placer(ledger, policy, host=host)
+    placed = 0
+    for step in range(12):
+        request = placer.request(_scoped_pod(1 + step % 2))
+        scores = placer.scores(request, list(ledger.nodes))
+        chosen = placer.select(request)
+        if not scores:
+            assert chosen is None
+            continue
+        best = max(scores.values())
+        assert chosen == next(n for n, k in scores.items() if k == best), step
+        assert chosen is not None and fit_pod(ledger.nodes[chosen], request).fits
+        placer.commit(f"p{step}", request, placer.decide(request, chosen))
+        placed += 1
+    assert placed >= 5
+
+
 def test_nodes_the_core_decides_read_their_states_answers_and_vendor_fit_nodes_their_own() -> None:
     """For a vendor with its own fit, a node that fit leaves to the core reads its state's
     shared answer (a node not met before costs no work once its state was answered), while

@@ -190,6 +190,8 @@ class Decision:
 
 #: One marker per set of vendor names (``NodeState.core_mark``); a process has one or two.
 _CORE_MARKS: dict[frozenset[str], object] = {}
+#: A mark no node carries (a node's ``core_mark`` starts as ``None``).
+_UNMARKED = object()
 
 
 def _core_mark_of(vendors: frozenset[str]) -> object:
@@ -984,8 +986,11 @@ class Placer:
         missing: list[NodeState] = []
         best_score: Score = _LOWEST
         share = self._share[key]
+        # Nodes marked as the core's read their state's answers, as in _read (their own
+        # memo lacks them); no node carries _UNMARKED, so other keys read the memo.
+        mark = self._core_mark if self._core_reads.get(key) else _UNMARKED
         for state in self.ledger.nodes.values():
-            v = (state.shared if share else state.memo).get(key)
+            v = (state.shared if share or state.core_mark is mark else state.memo).get(key)
             if v is None:
                 missing.append(state)
                 continue
@@ -1001,7 +1006,7 @@ class Placer:
             merged = False
             self._fill(request, key, missing)
             for state in missing:
-                v = (state.shared if share else state.memo)[key]
+                v = (state.shared if share or state.core_mark is mark else state.memo)[key]
                 if not v[0]:
                     continue
                 score = v[1]
