@@ -475,6 +475,23 @@ def test_filter_and_scores_agree_with_a_fit_and_score_of_each_node_alone(policy:
             engine.commit(f"p{i}", request, engine.decide(request, best))
 
 
+def test_score_keys_round_every_element_to_nine_digits() -> None:
+    """A key's elements are its value's, as floats rounded to 9 digits, whichever path
+    score_key takes (ints only converted; FGD's 3-element key element by element)."""
+    import random
+
+    rng = random.Random(3)
+    values: list[Any] = [0, -0.0, 2**60 + 1, 1e-10, 0.1 + 0.2, -123.4567891235]
+    values += [rng.randint(-(10**6), 10**6) for _ in range(200)]
+    values += [rng.uniform(-1e4, 1e4) * rng.choice((1, 1e-6)) for _ in range(200)]
+    for _ in range(300):
+        value = tuple(rng.choice(values) for _ in range(rng.choice((1, 2, 3, 3, 4))))
+        want = tuple(round(float(x), 9) for x in value)
+        got = score_key(value)
+        assert got == want and all(type(x) is float for x in got), value
+        assert score_key(value[0]) == want[:1] and type(score_key(value[0])[0]) is float
+
+
 class _ClaimsFitButSaysNone(Policy):
     """A policy that declares it answers the fit while scoring, and wrongly says no."""
 
