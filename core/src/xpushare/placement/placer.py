@@ -561,9 +561,7 @@ class Placer:
             firsts = dict(zip(map(id, map(_shared_of, unanswered)), unanswered, strict=True))
             todo = list(firsts.values())
             if todo:
-                answers = self._answer(request, key, todo, core=True)
-                for node, verdict in zip(todo, answers, strict=True):
-                    remember(node.shared, key, verdict, node.memo_limit)
+                self._answer(request, key, todo, core=True)  # kept with the states' answers
             for node in waiting:
                 remember(node.memo, key, node.shared[key], node.memo_limit)
         if own:
@@ -579,7 +577,8 @@ class Placer:
         of a vendor without a fit of its own: the table summaries and the policy's arrays
         decide, instead of a vendor fit asked and a device walk per node (with NVIDIA, a
         third of a cold fill's time). Refusals then walk the devices as the vendor's path
-        does (no summary shortcut), so they read the same.
+        does (no summary shortcut), so they read the same. The verdicts are kept with the
+        nodes' states' answers (``NodeState.shared``), which such nodes read.
         """
         out: list[Verdict | None] = [None] * len(nodes)
         scoring: list[int] = []
@@ -668,7 +667,7 @@ class Placer:
                     out[i] = (True, _LOWEST, None)
                 else:
                     out[i] = (False, why, why.primary())
-        share = self._share[key]
+        share = core or self._share[key]
         for node, v in zip(nodes, out, strict=True):
             memo = node.shared if share else node.memo
             if len(memo) >= node.memo_limit:  # state.remember(), inline: once per node
