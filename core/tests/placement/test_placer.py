@@ -475,6 +475,23 @@ def test_filter_and_scores_agree_with_a_fit_and_score_of_each_node_alone(policy:
             engine.commit(f"p{i}", request, engine.decide(request, best))
 
 
+def test_score_keys_round_every_element_to_nine_digits() -> None:
+    """A key's elements are its value's, as floats rounded to 9 digits, whichever path
+    score_key takes (ints only converted; FGD's 3-element key element by element)."""
+    import random
+
+    rng = random.Random(3)
+    values: list[Any] = [0, -0.0, 2**60 + 1, 1e-10, 0.1 + 0.2, -123.4567891235]
+    values += [rng.randint(-(10**6), 10**6) for _ in range(200)]
+    values += [rng.uniform(-1e4, 1e4) * rng.choice((1, 1e-6)) for _ in range(200)]
+    for _ in range(300):
+        value = tuple(rng.choice(values) for _ in range(rng.choice((1, 2, 3, 3, 4))))
+        want = tuple(round(float(x), 9) for x in value)
+        got = score_key(value)
+        assert got == want and all(type(x) is float for x in got), value
+        assert score_key(value[0]) == want[:1] and type(score_key(value[0])[0]) is float
+
+
 class _ClaimsFitButSaysNone(Policy):
     """A policy that declares it answers the fit while scoring, and wrongly says no."""
 
@@ -605,9 +622,9 @@ def test_nodes_a_vendor_fit_leaves_to_the_core_share_their_answers_per_state(pol
     worked: dict[str, int] = {"shared": 0, "alone": 0}
 
     def counting(which: str, answer: Any) -> Any:
-        def counted(request: PodRequest, key: int, nodes: Any) -> Any:
+        def counted(request: PodRequest, key: int, nodes: Any, **how: Any) -> Any:
             worked[which] += len(nodes)
-            return answer(request, key, nodes)
+            return answer(request, key, nodes, **how)
 
         return counted
 
@@ -637,6 +654,113 @@ def test_nodes_a_vendor_fit_leaves_to_the_core_share_their_answers_per_state(pol
                 for ledger in (shared, alone):
                     ledger.add(f"b{step}", PodAssignment(node=name, containers=(one,)))
     assert worked["shared"] * 3 < worked["alone"], f"nodes in one state worked out once: {worked}"
+
+
+@pytest.mark.parametrize("policy", ["fgd-cpu", "fgd", "binpack", "spread"])
+def test_nodes_the_core_decides_get_the_verdicts_of_a_fit_and_score_of_each_node_alone(
+    policy: str,
+) -> None:
+    """Where a vendor's own fit leaves nodes to the core, a one-container pod is answered
+    on the shared path (table summaries, the policy's arrays, refusals walked per state)
+    instead of a vendor fit and a device walk per node: each node still gets the verdict
+    of :func:`fit_pod` with the vendor's fit and the policy's score of that node alone,
+    refusal messages included, over random states and pod shapes, as the fleet fills."""
+    import random
+
+    from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
+    from xpushare.scheduling import Workload, fit_pod
+
+    rng = random.Random(11)
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("scoped", _scoped_vendor(lambda ds: any(d.model == "LINKED" for d in ds), []))
+    ledger = UsageLedger()
+    for n in range(50):
+        model = "LINKED" if n % 10 == 0 else rng.choice(("PLAIN", "SMALL"))
+        size = 100 if model != "SMALL" else 40
+        count = rng.choice((1, 2, 4, 8))
+        devices = [
+            Device(vendor="scoped", id=f"n{n}-{i}", index=i, model=model, memory_mib=size)
+            for i in range(count)
+        ]
+        ledger.set_node(f"n{n}", devices, cpu_milli=rng.choice((8000, 32000)))
+        pieces = []
+        for d in devices:
+            pct = rng.choice((0, 0, 25, 50, 75, 100))
+            if pct:
+                mem = size * pct // 100
+                pieces.append(DeviceSlice(device_id=d.id, memory_mib=mem, compute_percent=pct))
+        if pieces:
+            one = ContainerAssignment(container="c", vendor="scoped", devices=tuple(pieces))
+            ledger.add(f"old/n{n}", PodAssignment(node=f"n{n}", containers=(one,)))
+    pods = []
+    for _ in range(60):
+        if rng.random() < 0.5:
+            pct = rng.choice((10, 30, 50, 70))
+            req = ContainerRequest(
+                vendor="scoped",
+                count=rng.choice((1, 1, 2)),
+                memory_percent=pct,
+                compute_percent=pct,
+                models_include=rng.choice(((), ("SMALL",))),
+                numa_bind=rng.random() < 0.2,
+            )
+        else:
+            req = ContainerRequest(
+                vendor="scoped", count=rng.choice((1, 2, 4)), compute_percent=100, exclusive=True
+            )
+        pods.append(PodRequest.build([req], cpu_milli=rng.choice((1000, 4000, 12000))))
+    workload = Workload.from_requests(pods)
+    engine = Placer(ledger, policy, host=host)
+    engine.policy.set_workload(workload)
+    names = list(ledger.nodes)
+    for i, request in enumerate(pods):
+        result = engine.filter(request, names)
+        scores = engine.scores(request, result.fits)
+        fitters = engine._fitters(request)
+        reference = policy_registry().create(policy)  # scores one node at a time
+        reference.attach(ledger)
+        reference.set_workload(workload)
+        for name in names:
+            node = ledger.nodes[name]
+            alone = fit_pod(node, request, custom=fitters)
+            assert (name in result.fits) == alone.fits, (name, request.describe())
+            if not alone.fits:
+                assert result.failed[name] == alone.message(), (name, request.describe())
+            elif not name.endswith("0"):  # the vendor's own nodes are scored as before
+                node.memo = {}
+                want = score_key(reference.score(node, request))
+                assert scores[name] == want[: len(scores[name])], (name, request.describe())
+        if scores:
+            best = max(scores, key=lambda n: scores[n])
+            engine.commit(f"p{i}", request, engine.decide(request, best))
+
+
+@pytest.mark.parametrize("policy", ["fgd-cpu", "binpack"])
+def test_select_over_the_fleet_reads_the_marked_nodes_answers(policy: str) -> None:
+    """select() over the whole fleet (the simulator's call) with a vendor whose fit leaves
+    most nodes to the core: those nodes keep their verdicts with their state's answers, not
+    in their memo; select reads them there (it raised KeyError) and chooses the node the
+    scores rank first, as the fleet fills."""
+    from xpushare.scheduling import fit_pod
+
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("scoped", _scoped_vendor(lambda ds: any(d.model == "LINKED" for d in ds), []))
+    ledger = _scoped_fleet()
+    placer = Placer(ledger, policy, host=host)
+    placed = 0
+    for step in range(12):
+        request = placer.request(_scoped_pod(1 + step % 2))
+        scores = placer.scores(request, list(ledger.nodes))
+        chosen = placer.select(request)
+        if not scores:
+            assert chosen is None
+            continue
+        best = max(scores.values())
+        assert chosen == next(n for n, k in scores.items() if k == best), step
+        assert chosen is not None and fit_pod(ledger.nodes[chosen], request).fits
+        placer.commit(f"p{step}", request, placer.decide(request, chosen))
+        placed += 1
+    assert placed >= 5
 
 
 def test_nodes_the_core_decides_read_their_states_answers_and_vendor_fit_nodes_their_own() -> None:

@@ -46,3 +46,19 @@ def test_a_mig_gpu_counts_its_free_slices_not_its_free_shares() -> None:
         assert result.tasks_placed == 6
         assert result.free_gpus == pytest.approx(free)
         assert result.fragmentation_gpus == 0
+
+
+def test_a_fleet_with_gpus_outside_mig_replays() -> None:
+    # A100s in MIG mode beside T4s shared by HAMi-core: the NVIDIA fit decides on the A100s,
+    # the core's on the T4s, whose verdicts the nodes share per state (the replay raised
+    # KeyError reading them from the nodes' own memos, which only the first node of a
+    # state gets).
+    t4s = [NodeSpec(name=f"t4-{n}", cpu_milli=96000, memory_mib=786432, gpus=4, model="T4")
+           for n in range(3)]  # fmt: skip
+    tasks = [TaskSpec(name=f"t{i}", cpu_milli=1000, memory_mib=1024, num_gpu=1,
+                      gpu_milli=100 * (1 + i % 5)) for i in range(20)]  # fmt: skip
+    host = PluginHost.from_environment()
+    sim = Simulation([A100, *t4s], tasks, host=host, inflation=1.0, mig_models=("A100",))
+    for policy in ("binpack", "fgd-cpu"):
+        result = sim.run(policy, seed=1)
+        assert result.tasks_placed > 7  # more than the A100's seven 1g instances

@@ -128,12 +128,21 @@ _NINES = (9,) * 16  # digits kept, for map(round, ...) over a key's elements
 
 
 def score_key(value: float | Sequence[float]) -> Score:
-    """A policy's score as a key; floats are rounded so equal sums compare equal."""
+    """A policy's score as a key; floats are rounded so equal sums compare equal.
+
+    Asked once per node state a pod shape meets (a cold fill: hundreds). ``round(x, 9)``
+    costs ~0.35 µs (a decimal conversion), so an int, which it would give back unchanged
+    as a float (FGD's integer score), is only converted.
+    """
     if isinstance(value, int | float):
-        return (round(float(value), 9),)
+        return (float(value) if type(value) is int else round(float(value), 9),)
     if type(value) is tuple and len(value) == 3:  # fgd-cpu's key, once per node state
         a, b, c = value
-        return (round(float(a), 9), round(float(b), 9), round(float(c), 9))
+        return (
+            float(a) if type(a) is int else round(float(a), 9),
+            round(float(b), 9),
+            round(float(c), 9),
+        )
     return tuple(map(round, map(float, value), _NINES))
 
 
@@ -190,6 +199,8 @@ class Decision:
 
 #: One marker per set of vendor names (``NodeState.core_mark``); a process has one or two.
 _CORE_MARKS: dict[frozenset[str], object] = {}
+#: A mark no node carries (a node's ``core_mark`` starts as ``None``).
+_UNMARKED = object()
 
 
 def _core_mark_of(vendors: frozenset[str]) -> object:
@@ -550,19 +561,29 @@ class Placer:
             firsts = dict(zip(map(id, map(_shared_of, unanswered)), unanswered, strict=True))
             todo = list(firsts.values())
             if todo:
-                for node, verdict in zip(todo, self._answer(request, key, todo), strict=True):
-                    remember(node.shared, key, verdict, node.memo_limit)
+                self._answer(request, key, todo, core=True)  # kept with the states' answers
             for node in waiting:
                 remember(node.memo, key, node.shared[key], node.memo_limit)
         if own:
             self._answer(request, key, own)
 
-    def _answer(self, request: PodRequest, key: int, nodes: Sequence[NodeState]) -> list[Verdict]:
-        """Fit each node, then score the ones that fit in one call; remembered."""
+    def _answer(
+        self, request: PodRequest, key: int, nodes: Sequence[NodeState], *, core: bool = False
+    ) -> list[Verdict]:
+        """Fit each node, then score the ones that fit in one call; remembered.
+
+        ``core``: the vendors' own fits leave every one of *nodes* to the core's
+        (:meth:`_fill_where_core_decides`), so a one-container pod takes the shared path
+        of a vendor without a fit of its own: the table summaries and the policy's arrays
+        decide, instead of a vendor fit asked and a device walk per node (with NVIDIA, a
+        third of a cold fill's time). Refusals then walk the devices as the vendor's path
+        does (no summary shortcut), so they read the same. The verdicts are kept with the
+        nodes' states' answers (``NodeState.shared``), which such nodes read.
+        """
         out: list[Verdict | None] = [None] * len(nodes)
         scoring: list[int] = []
         demands = request.demands
-        single = len(demands) == 1 and not demands[0].init and self._shareable(request)
+        single = len(demands) == 1 and not demands[0].init and (core or self._shareable(request))
         fit_in_score = single and self.policy.fits_in_score
         kinds = self._kind_fits(key, demands[0]) if single and not fit_in_score else None
         demand = demands[0] if demands else None
@@ -599,7 +620,7 @@ class Placer:
                     scoring.append(i)
                     continue
             if single:
-                fit = self._fit_single(node, request, demands[0], key)
+                fit = self._fit_single(node, request, demands[0], key, quick=not core)
             else:
                 fit = fit_pod(node, request, custom=self._fitters(request))
             if fit.fits:
@@ -617,24 +638,36 @@ class Placer:
             # a tuple per node. Not with a tie-break: that is worked out for one node of
             # each distinct verdict and given to all its nodes (_keys_by_verdict).
             same: dict[Score, Verdict] | None = None if self._tiebreaks else {}
+            # And by the policy's value as given: a third of a fill's nodes repeat one
+            # (fgd-cpu, bench_placement), and the lookup spares its key's rounding. Equal
+            # values have equal keys (rounding is a function of the value; 0.0 and -0.0,
+            # or 1 and 1.0, already shared one verdict through their equal keys).
+            given: dict[Any, Verdict] = {}
             for i, value in zip(scoring, scores, strict=True):
                 if value is not None:
-                    score = score_key(value)
                     if same is None:
-                        out[i] = (True, score, None)
-                    else:
+                        out[i] = (True, score_key(value), None)
+                        continue
+                    found = given.get(value)
+                    if found is None:
+                        score = score_key(value)
                         found = same.get(score)
                         if found is None:
                             found = same[score] = (True, score, None)
-                        out[i] = found
+                        given[value] = found
+                    out[i] = found
                     continue
-                why = self._fit_single(nodes[i], request, demands[0], key) if single else None
+                why = (
+                    self._fit_single(nodes[i], request, demands[0], key, quick=not core)
+                    if single
+                    else None
+                )
                 if why is None or why.fits:  # the policy disagrees: never turn a node away
                     log.warning("policy %s: no score for a node the pod fits", self.policy.name)
                     out[i] = (True, _LOWEST, None)
                 else:
                     out[i] = (False, why, why.primary())
-        share = self._share[key]
+        share = core or self._share[key]
         for node, v in zip(nodes, out, strict=True):
             memo = node.shared if share else node.memo
             if len(memo) >= node.memo_limit:  # state.remember(), inline: once per node
@@ -664,11 +697,17 @@ class Placer:
             found = self._kinds[key] = {}
         return found
 
-    def _fit_single(self, node: NodeState, request: PodRequest, demand: Demand, key: int) -> PodFit:
+    def _fit_single(
+        self, node: NodeState, request: PodRequest, demand: Demand, key: int, *, quick: bool = True
+    ) -> PodFit:
         """Feasibility of a one-container pod, shared between nodes in the same device state.
 
         Where the pod goes on the node does not matter here (the winner's devices are chosen
         by :meth:`decide`), so nodes whose tables have the same signature get one answer.
+        ``quick=False``: without the table summaries' shortcut, as :func:`fit_pod` answers
+        for a vendor with a fit of its own (its refusals count every device's reason). A
+        key is asked one way only (by whether its vendors have fits of their own), so the
+        answers kept under it agree.
         """
         reason = host_reject(node, request)
         if reason is not None:
@@ -681,7 +720,7 @@ class Placer:
         if fit is None:
             if len(self._by_state) >= _MAX_STATE_ANSWERS:
                 self._by_state.clear()
-            fit = self._by_state[skey] = fit_alone(table, demand)
+            fit = self._by_state[skey] = fit_alone(table, demand, quick=quick)
         return fit
 
     def _nodes(self, names: Iterable[str] | None) -> Iterable[tuple[str, NodeState | None]]:
@@ -725,6 +764,7 @@ class Placer:
         a millisecond. Nodes without a remembered verdict are answered together after;
         with *limit*, only when at most that many lack one (else :class:`_TooCold`).
         """
+        made = self._keys_made
         key = self._memo_key(request)
         table = self.ledger.nodes
         if nodes is None:
@@ -734,6 +774,15 @@ class Placer:
             names = nodes if isinstance(nodes, list) else list(nodes)
             states = list(map(table.get, names))
         share = self._share[key]
+        if self._keys_made != made and states and None not in states:
+            # A key made just now (a new pod shape or workload generation): no node has
+            # a verdict under it (keys are never reused), so every node is filled without
+            # a first pass over the memos (at 5,000 nodes half a millisecond of the
+            # decision that meets the shape first, which sets the p99).
+            if limit is not None and len(states) > limit:
+                raise _TooCold
+            self._fill(request, key, states)  # type: ignore[arg-type]
+            return names, self._read(states, key, share, request)  # type: ignore[return-value]
         verdicts = self._read(states, key, share, request)
         if None in verdicts:
             todo = [i for i, v in enumerate(verdicts) if v is None]
@@ -963,8 +1012,11 @@ class Placer:
         missing: list[NodeState] = []
         best_score: Score = _LOWEST
         share = self._share[key]
+        # Nodes marked as the core's read their state's answers, as in _read (their own
+        # memo lacks them); no node carries _UNMARKED, so other keys read the memo.
+        mark = self._core_mark if self._core_reads.get(key) else _UNMARKED
         for state in self.ledger.nodes.values():
-            v = (state.shared if share else state.memo).get(key)
+            v = (state.shared if share or state.core_mark is mark else state.memo).get(key)
             if v is None:
                 missing.append(state)
                 continue
@@ -980,7 +1032,7 @@ class Placer:
             merged = False
             self._fill(request, key, missing)
             for state in missing:
-                v = (state.shared if share else state.memo)[key]
+                v = (state.shared if share or state.core_mark is mark else state.memo)[key]
                 if not v[0]:
                     continue
                 score = v[1]

@@ -413,15 +413,17 @@ def _quick_failure(table: DeviceTable, demand: Demand) -> PodFit | None:
     return PodFit(False, reasons={why: n}, failed=demand, examined=n)
 
 
-def fit_alone(table: DeviceTable, demand: Demand) -> PodFit:
+def fit_alone(table: DeviceTable, demand: Demand, *, quick: bool = True) -> PodFit:
     """:func:`fit_pod` for a pod whose one demand is *demand*, host resources checked.
 
     The placement engine's most frequent question, asked once per table state: without
-    fit_pod's bookkeeping for several containers.
+    fit_pod's bookkeeping for several containers. ``quick=False``: no summary shortcut,
+    as fit_pod answers where a vendor's own fit left the demand to the core.
     """
-    rejected = _quick_failure(table, demand)
-    if rejected is not None:
-        return rejected
+    if quick:
+        rejected = _quick_failure(table, demand)
+        if rejected is not None:
+            return rejected
     picks, reasons = fit_demand(table, demand)
     if picks is None:
         return PodFit(False, reasons=reasons, failed=demand, examined=len(table.devices))

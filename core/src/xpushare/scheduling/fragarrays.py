@@ -195,9 +195,11 @@ class VendorArrays:
         width = self.width
         sigs = self._sigs.data  # read after adding: adding may reallocate the store
         total = np.zeros(width + self.S)
-        for row, n in zip(rows, counts, strict=True):
-            total[:width] += n * sigs[row, :width]
         if rows:
+            # One product, not two array operations per kind: every table met for the first
+            # time comes here (a fleet's first decision meets hundreds). Integers, so the
+            # sum is exact in any order.
+            total[:width] = np.array(counts, dtype=np.float64) @ sigs[rows, :width]
             total[width:] = sigs[rows[0], width:]
         found = self.entries[state_id] = (
             self._states.add(state_id, total),

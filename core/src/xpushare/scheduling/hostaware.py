@@ -452,12 +452,25 @@ class FgdCpuPolicy(FragmentationPolicy):
                 [n for n, b in zip(nodes, bests, strict=True) if b.growth != _INF], request
             )
         )
-        return [
-            None
-            if b.growth == _INF
-            else (fgd_score(b.growth), -(b.growth + self._tie(n, request, b)), next(fits))
-            for n, b in zip(nodes, bests, strict=True)
-        ]
+        # Once per node state a pod shape meets (a cold fill: hundreds), so per node no
+        # more than needed: FGD's score once per distinct growth (a third of the nodes
+        # repeat one), the CPU-aware growth the arrays measured read in place (a Best,
+        # or a Growth without it, is measured by _tie).
+        out: list[float | tuple[float, ...] | None] = []
+        known: dict[float, int] = {}
+        for n, b in zip(nodes, bests, strict=True):
+            growth = b[0]
+            if growth == _INF:
+                out.append(None)
+                continue
+            score = known.get(growth)
+            if score is None:
+                score = known[growth] = fgd_score(growth)
+            tie = None if isinstance(b, Best) else b.tie
+            if tie is None:
+                tie = self._tie(n, request, b)
+            out.append((score, -(growth + tie), next(fits)))
+        return out
 
     def _tie(self, node: NodeState, request: PodRequest, best: Best | Growth) -> float:
         """Growth of the CPU-aware measure by the placement FGD chose on *node*."""
