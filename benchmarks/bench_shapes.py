@@ -10,9 +10,11 @@ What it does, per vendor (each in a fresh process, so one vendor's memory does n
 for the other): a fake API server (``xpushare.testing.apiserver``) in a child process holds
 ``--nodes`` nodes of 8 GPUs (80 GiB), half of them occupied by bound pods; the scheduler runs
 in this process with the real ``kubernetes`` client and the default placement policy
-(``fgd-cpu``, which learns the workload), and is sent kube-scheduler-shaped ``/filter``
+(``fgd-cpu``, which learns the workload), and a client in a second child process (as
+kube-scheduler is a process of its own) sends it kube-scheduler-shaped ``/filter``
 requests over HTTP, ``--candidates`` node names each (kube-scheduler's sample of a
-5,000-node cluster). Times are server side (``Server-Timing``); RSS is this process's.
+5,000-node cluster), each followed by the ``/prioritize`` of the nodes that passed. Times
+are server side (``Server-Timing``); RSS is this process's, the scheduler's alone.
 
 * ``mock``: the core's mock vendor, decided with the core's fit (shared per node state);
 * ``nvidia``: the ``xpushare-nvidia`` plugin, which has a fit hook of its own, so every
@@ -141,7 +143,6 @@ async def run_vendor(args: argparse.Namespace) -> None:
     from xpushare.plugins.builtin import CORE_PLUGINS, mock
     from xpushare.scheduler import Scheduler, load_config
     from xpushare.scheduler.kube import Kube, KubeSettings
-    from xpushare.testing.apiserver import pod
 
     vendor = args.vendor
     ctx = multiprocessing.get_context("spawn")
@@ -185,60 +186,92 @@ async def run_vendor(args: argparse.Namespace) -> None:
     )
     print(f"  {'after sync':<34} {'':>8}  RSS {rss_mib():6.1f} MiB", flush=True)
     base = f"http://127.0.0.1:{scheduler.ports['main']}"
-    url = f"{base}/filter"
-    names = [f"node-{i:05d}" for i in range(args.nodes)]
-    rng = random.Random(1)
-    sequence = 0
+    # The client in a process of its own, as kube-scheduler is: RSS is then the
+    # scheduler's alone (the client's buffers and samples are not charged to it), and
+    # the client's work does not share the scheduler's event loop.
+    results = ctx.Queue()
+    client = ctx.Process(
+        target=_client,
+        args=(results, base, vendor, args.nodes, args.candidates, args.warm, args.requests),
+        daemon=True,
+    )
+    client.start()
     try:
-        async with aiohttp.ClientSession() as http:
-
-            async def phase(label: str, n: int, *, distinct: bool, every: int = 0) -> None:
-                nonlocal sequence
-                samples: list[float] = []
-                scores: list[float] = []
-                for i in range(n):
-                    sequence += 1
-                    want = pod(f"p-{sequence}", limits=shape_limits(vendor, i, distinct=distinct))
-                    want["metadata"]["uid"] = f"uid-{sequence}"
-                    body = {
-                        "Pod": want,
-                        "Nodes": None,
-                        "NodeNames": rng.sample(names, args.candidates),
-                    }
-                    async with http.post(url, json=body) as response:
-                        data = await response.json()
-                        if response.status != 200 or data.get("Error"):
-                            raise RuntimeError(f"/filter failed: {response.status} {data}")
-                        timing = response.headers["Server-Timing"]
-                    if not data["NodeNames"]:
-                        raise RuntimeError(f"no node fits request {i}: {data['FailedNodes']}")
-                    samples.append(float(timing.split("dur=")[1]))
-                    # kube-scheduler then asks the scores of the nodes that passed.
-                    body["NodeNames"] = data["NodeNames"]
-                    async with http.post(f"{base}/prioritize", json=body) as response:
-                        if response.status != 200:
-                            raise RuntimeError(f"/prioritize failed: {await response.text()}")
-                        await response.read()
-                        scores.append(float(response.headers["Server-Timing"].split("dur=")[1]))
-                    if every and (i + 1) % every == 0 and i + 1 < n:
-                        print(line(f"{label}, {i + 1 - every + 1}..{i + 1}", samples[-every:],
-                                   rss_mib()), flush=True)  # fmt: skip
-                print(line(label, samples, rss_mib()), flush=True)
-                if every:
-                    tail = samples[-every:]
-                    print(line(f"{label}, last {len(tail)}", tail, rss_mib()), flush=True)
-                print(line(f"{label}: /prioritize", scores, rss_mib()), flush=True)
-
-            await phase(f"{SHAPES} shapes", args.warm, distinct=False)
-            await phase("distinct shapes", args.requests, distinct=True, every=args.requests // 10)
-            await phase(f"{SHAPES} shapes again", args.warm, distinct=False)
+        while True:
+            message = await asyncio.to_thread(results.get, True, 3600)
+            if message is None:
+                break
+            if isinstance(message, str):
+                raise RuntimeError(f"the client failed: {message}")
+            label, samples = message
+            print(line(label, samples, rss_mib()), flush=True)
+        client.join(60)
         print_caps(scheduler)
         if after_sync is not None:
             print_memory_growth(after_sync, args.memory_sites)
     finally:
+        client.kill()
         await scheduler.stop()
         await kube.close()
         child.kill()
+
+
+def _client(
+    results: Any, base: str, vendor: str, nodes: int, candidates: int, warm: int, requests: int
+) -> None:
+    """Child process: kube-scheduler's side. Sends each phase's requests (a /filter, then
+    the /prioritize of the nodes that passed) and puts ``(label, server-side times)`` per
+    phase and per tenth of the distinct phase, then ``None``; a failure as a string."""
+    from xpushare.testing.apiserver import pod
+
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    rng = random.Random(1)
+    sequence = 0
+
+    async def phase(http: aiohttp.ClientSession, label: str, n: int, distinct: bool) -> None:
+        nonlocal sequence
+        every = n // 10 if distinct else 0
+        samples: list[float] = []
+        scores: list[float] = []
+        for i in range(n):
+            sequence += 1
+            want = pod(f"p-{sequence}", limits=shape_limits(vendor, i, distinct=distinct))
+            want["metadata"]["uid"] = f"uid-{sequence}"
+            body = {"Pod": want, "Nodes": None, "NodeNames": rng.sample(names, candidates)}
+            async with http.post(f"{base}/filter", json=body) as response:
+                data = await response.json()
+                if response.status != 200 or data.get("Error"):
+                    raise RuntimeError(f"/filter failed: {response.status} {data}")
+                timing = response.headers["Server-Timing"]
+            if not data["NodeNames"]:
+                raise RuntimeError(f"no node fits request {i}: {data['FailedNodes']}")
+            samples.append(float(timing.split("dur=")[1]))
+            # kube-scheduler then asks the scores of the nodes that passed.
+            body["NodeNames"] = data["NodeNames"]
+            async with http.post(f"{base}/prioritize", json=body) as response:
+                if response.status != 200:
+                    raise RuntimeError(f"/prioritize failed: {await response.text()}")
+                await response.read()
+                scores.append(float(response.headers["Server-Timing"].split("dur=")[1]))
+            if every and (i + 1) % every == 0 and i + 1 < n:
+                results.put((f"{label}, {i + 1 - every + 1}..{i + 1}", samples[-every:]))
+        results.put((label, samples))
+        if every:
+            results.put((f"{label}, last {every}", samples[-every:]))
+        results.put((f"{label}: /prioritize", scores))
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as http:
+            await phase(http, f"{SHAPES} shapes", warm, False)
+            await phase(http, "distinct shapes", requests, True)
+            await phase(http, f"{SHAPES} shapes again", warm, False)
+
+    try:
+        asyncio.run(main())
+    except Exception as exc:  # reported to the parent, which stops
+        results.put(f"{type(exc).__name__}: {exc}")
+    else:
+        results.put(None)
 
 
 def print_memory_sites(top: int) -> Any:
