@@ -123,3 +123,26 @@ def test_the_default_bounds_hold_under_distinct_requests() -> None:
     _, placer = replay("own", MAX_MEMO_ENTRIES)
     sizes = [len(n.memo) for n in placer.ledger.nodes.values()]
     assert max(sizes) == MAX_MEMO_ENTRIES  # reached, never passed
+
+
+@pytest.mark.parametrize("vendor", ["acme", "own"])
+def test_a_replays_node_copies_decide_as_the_schedulers_shared_table(vendor: str) -> None:
+    """FGD's answers shared by a node state live in the policy's bounded table; only a
+    replay's ledger (a memo limit above the default) copies them into the node memos as
+    well. The scheduler's nodes hold none, so a stream of one-off shapes leaves nothing
+    behind once the table's bound drops it, and both ways decide alike."""
+    reference, scheduler = replay(vendor, MAX_MEMO_ENTRIES)
+    copied, simulator = replay(vendor, 1_024)
+    assert copied == reference
+
+    def shared_copies(placer: Placer) -> int:
+        """Answers in node memos without picks: the policy's state-shared ones."""
+        return sum(
+            isinstance(v, fragmentation.Best) and v.picks is None
+            for node in placer.ledger.nodes.values()
+            for v in node.memo.values()
+        )
+
+    assert scheduler.policy._by_state  # type: ignore[attr-defined]
+    assert shared_copies(simulator) > 0
+    assert shared_copies(scheduler) == 0

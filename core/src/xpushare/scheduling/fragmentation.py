@@ -65,6 +65,7 @@ from xpushare.scheduling.fit import (
 )
 from xpushare.scheduling.policy import Policy
 from xpushare.scheduling.state import (
+    MAX_MEMO_ENTRIES,
     SIG_UNITS,
     DeviceState,
     DeviceTable,
@@ -466,7 +467,8 @@ class FragmentationPolicy(Policy):
         if skey is not None:
             shared = self._by_state.get(skey)
             if shared is not None:
-                node.remember(key, shared)
+                if node.memo_limit > MAX_MEMO_ENTRIES:
+                    node.remember(key, shared)  # a replay's node (see _keep)
                 return shared
         result = self._best(node, request)
         self._keep(node, key, skey, result)
@@ -506,10 +508,18 @@ class FragmentationPolicy(Policy):
         if skey is not None:
             if len(self._by_state) >= _MAX_STATE_ANSWERS:
                 self._by_state.clear()
-            # Without picks: they name this node's devices. The node keeps the shared copy
-            # too: one object per (state, request) in the memos, not one per node measured
-            # (160,000 of them at 5,000 nodes). A placement asks again, with picks.
+            # Without picks: they name this node's devices. A placement asks again, with
+            # picks.
             result = self._by_state[skey] = result._replace(picks=None) if result.picks else result
+            if node.memo_limit <= MAX_MEMO_ENTRIES:
+                # The scheduler's nodes: not in the node's memo too. With a stream of new
+                # request shapes each answer would stay there after the bound above
+                # dropped it, up to the memo's bound per node (32: at 5,000 nodes 160,000
+                # answers of ~650 bytes; RSS grew ~6 MiB per 10,000 requests in
+                # bench_shapes). A replay's ledger keeps more per node (the simulator asks
+                # every node about each of its trace's shapes in turn): there the node's
+                # copy is a dict lookup instead of the state key, 10 % of fgd-cpu's replay.
+                return
         node.remember(key, result)
 
     def _state_key(self, node: NodeState, request: PodRequest, key: int) -> tuple[int, int] | None:
