@@ -51,6 +51,8 @@ import aiohttp
 
 GPUS = 8
 SHAPES = 5
+#: In the distinct phase, one request of the 5 shapes after every this many distinct ones.
+INTERLEAVE = 10
 #: The vendors: (resource names of count, memory, compute; inventory plugin module).
 VENDORS = {
     "mock": ("xpushare.io/mock-gpu", "xpushare.io/mock-gpumem", "xpushare.io/mock-gpucores"),
@@ -196,6 +198,7 @@ async def run_vendor(args: argparse.Namespace) -> None:
         daemon=True,
     )
     client.start()
+    p99s: dict[str, float] = {}
     try:
         while True:
             message = await asyncio.to_thread(results.get, True, 3600)
@@ -205,6 +208,15 @@ async def run_vendor(args: argparse.Namespace) -> None:
                 raise RuntimeError(f"the client failed: {message}")
             label, samples = message
             print(line(label, samples, rss_mib()), flush=True)
+            p99s[label] = percentiles(samples)[1]
+        distinct = p99s.get("distinct shapes")
+        for reference in (f"{SHAPES} shapes", f"{SHAPES} shapes, between the distinct"):
+            if distinct is not None and p99s.get(reference):
+                print(
+                    f"  /filter p99, distinct shapes / {reference}: "
+                    f"{distinct / p99s[reference]:.2f}",
+                    flush=True,
+                )
         client.join(60)
         print_caps(scheduler)
         if after_sync is not None:
@@ -228,37 +240,50 @@ def _client(
     rng = random.Random(1)
     sequence = 0
 
-    async def phase(http: aiohttp.ClientSession, label: str, n: int, distinct: bool) -> None:
+    async def ask(http: aiohttp.ClientSession, i: int, distinct: bool) -> tuple[float, float]:
+        """One pod's /filter, then the /prioritize of the nodes that passed (as
+        kube-scheduler asks): each call's server-side time."""
         nonlocal sequence
+        sequence += 1
+        want = pod(f"p-{sequence}", limits=shape_limits(vendor, i, distinct=distinct))
+        want["metadata"]["uid"] = f"uid-{sequence}"
+        body = {"Pod": want, "Nodes": None, "NodeNames": rng.sample(names, candidates)}
+        async with http.post(f"{base}/filter", json=body) as response:
+            data = await response.json()
+            if response.status != 200 or data.get("Error"):
+                raise RuntimeError(f"/filter failed: {response.status} {data}")
+            timing = response.headers["Server-Timing"]
+        if not data["NodeNames"]:
+            raise RuntimeError(f"no node fits request {i}: {data['FailedNodes']}")
+        body["NodeNames"] = data["NodeNames"]
+        async with http.post(f"{base}/prioritize", json=body) as response:
+            if response.status != 200:
+                raise RuntimeError(f"/prioritize failed: {await response.text()}")
+            await response.read()
+            score = float(response.headers["Server-Timing"].split("dur=")[1])
+        return float(timing.split("dur=")[1]), score
+
+    async def phase(http: aiohttp.ClientSession, label: str, n: int, distinct: bool) -> None:
         every = n // 10 if distinct else 0
         samples: list[float] = []
         scores: list[float] = []
+        # In the distinct phase, after every INTERLEAVE-th request one of the 5 shapes: the
+        # same comparison taken in the same minutes (a VM's speed drifts over a run).
+        between: list[float] = []
         for i in range(n):
-            sequence += 1
-            want = pod(f"p-{sequence}", limits=shape_limits(vendor, i, distinct=distinct))
-            want["metadata"]["uid"] = f"uid-{sequence}"
-            body = {"Pod": want, "Nodes": None, "NodeNames": rng.sample(names, candidates)}
-            async with http.post(f"{base}/filter", json=body) as response:
-                data = await response.json()
-                if response.status != 200 or data.get("Error"):
-                    raise RuntimeError(f"/filter failed: {response.status} {data}")
-                timing = response.headers["Server-Timing"]
-            if not data["NodeNames"]:
-                raise RuntimeError(f"no node fits request {i}: {data['FailedNodes']}")
-            samples.append(float(timing.split("dur=")[1]))
-            # kube-scheduler then asks the scores of the nodes that passed.
-            body["NodeNames"] = data["NodeNames"]
-            async with http.post(f"{base}/prioritize", json=body) as response:
-                if response.status != 200:
-                    raise RuntimeError(f"/prioritize failed: {await response.text()}")
-                await response.read()
-                scores.append(float(response.headers["Server-Timing"].split("dur=")[1]))
+            took, score = await ask(http, i, distinct)
+            samples.append(took)
+            scores.append(score)
+            if distinct and (i + 1) % INTERLEAVE == 0:
+                between.append((await ask(http, i // INTERLEAVE, False))[0])
             if every and (i + 1) % every == 0 and i + 1 < n:
                 results.put((f"{label}, {i + 1 - every + 1}..{i + 1}", samples[-every:]))
         results.put((label, samples))
         if every:
             results.put((f"{label}, last {every}", samples[-every:]))
         results.put((f"{label}: /prioritize", scores))
+        if between:
+            results.put((f"{SHAPES} shapes, between the distinct", between))
 
     async def main() -> None:
         async with aiohttp.ClientSession() as http:
