@@ -23,8 +23,10 @@ are server side (``Server-Timing``); RSS is this process's, the scheduler's alon
 
 Phases: ``5 shapes`` (``--warm`` requests cycling five memory sizes), then ``distinct``
 (``--requests`` requests, no two of the same shape: memory, compute and, for every other
-one, CPU all vary), then ``5 shapes`` again. The caps of the memory-bound structures are
-printed with their sizes at the end.
+one, CPU all vary; after every 10th, one request of the 5 shapes, reported apart as
+"between": the comparison taken in the same minutes), then ``5 shapes`` again. The p99
+ratios of distinct to 5 shapes are printed, then the caps of the memory-bound structures
+with their sizes.
 
     uv run python benchmarks/bench_shapes.py                    # both vendors, full run
     uv run python benchmarks/bench_shapes.py --vendor nvidia --nodes 200 --requests 3000
