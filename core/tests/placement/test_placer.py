@@ -415,6 +415,29 @@ def test_a_learning_policy_is_not_answered_from_an_older_workload() -> None:
     assert placer.select(share(30)) == "b"
 
 
+def _random_pods(rng: Any, vendor: str, model: str, n: int) -> list[PodRequest]:
+    """*n* one-container pods of *vendor*: half shares of one or two devices (some pinned to
+    *model*, some NUMA-bound), half whole exclusive devices; each with some CPU."""
+    pods = []
+    for _ in range(n):
+        if rng.random() < 0.5:
+            pct = rng.choice((10, 30, 50, 70))
+            req = ContainerRequest(
+                vendor=vendor,
+                count=rng.choice((1, 1, 2)),
+                memory_percent=pct,
+                compute_percent=pct,
+                models_include=rng.choice(((), (model,))),
+                numa_bind=rng.random() < 0.2,
+            )
+        else:
+            req = ContainerRequest(
+                vendor=vendor, count=rng.choice((1, 2, 4)), compute_percent=100, exclusive=True
+            )
+        pods.append(PodRequest.build([req], cpu_milli=rng.choice((1000, 4000, 12000))))
+    return pods
+
+
 @pytest.mark.parametrize("policy", ["fgd-cpu", "fgd", "binpack"])
 def test_filter_and_scores_agree_with_a_fit_and_score_of_each_node_alone(policy: str) -> None:
     """The engine's shortcuts (answers shared by node state, fit read from the kinds of
@@ -434,23 +457,7 @@ def test_filter_and_scores_agree_with_a_fit_and_score_of_each_node_alone(policy:
             cpu_milli=rng.choice((8000, 32000)),
             memory_mib=64000,
         )
-    pods = []
-    for _ in range(80):
-        if rng.random() < 0.5:
-            pct = rng.choice((10, 30, 50, 70))
-            req = ContainerRequest(
-                vendor="mock",
-                count=rng.choice((1, 1, 2)),
-                memory_percent=pct,
-                compute_percent=pct,
-                models_include=rng.choice(((), ("T4",))),
-                numa_bind=rng.random() < 0.2,
-            )
-        else:
-            req = ContainerRequest(
-                vendor="mock", count=rng.choice((1, 2, 4)), compute_percent=100, exclusive=True
-            )
-        pods.append(PodRequest.build([req], cpu_milli=rng.choice((1000, 4000, 12000))))
+    pods = _random_pods(rng, "mock", "T4", 80)
     workload = Workload.from_requests(pods)
     engine = Placer(ledger, policy)
     engine.policy.set_workload(workload)
@@ -692,23 +699,7 @@ def test_nodes_the_core_decides_get_the_verdicts_of_a_fit_and_score_of_each_node
         if pieces:
             one = ContainerAssignment(container="c", vendor="scoped", devices=tuple(pieces))
             ledger.add(f"old/n{n}", PodAssignment(node=f"n{n}", containers=(one,)))
-    pods = []
-    for _ in range(60):
-        if rng.random() < 0.5:
-            pct = rng.choice((10, 30, 50, 70))
-            req = ContainerRequest(
-                vendor="scoped",
-                count=rng.choice((1, 1, 2)),
-                memory_percent=pct,
-                compute_percent=pct,
-                models_include=rng.choice(((), ("SMALL",))),
-                numa_bind=rng.random() < 0.2,
-            )
-        else:
-            req = ContainerRequest(
-                vendor="scoped", count=rng.choice((1, 2, 4)), compute_percent=100, exclusive=True
-            )
-        pods.append(PodRequest.build([req], cpu_milli=rng.choice((1000, 4000, 12000))))
+    pods = _random_pods(rng, "scoped", "SMALL", 60)
     workload = Workload.from_requests(pods)
     engine = Placer(ledger, policy, host=host)
     engine.policy.set_workload(workload)
