@@ -23,7 +23,7 @@ async def test_the_list_is_not_kept_alive_while_the_watch_runs(api):
     markers: list[weakref.ref[_Marker]] = []
     applied: list[str] = []
 
-    def replace(items: Any) -> None:
+    def replace(items: Any, snapshot: Any) -> None:
         marker = _Marker()
         items.append(marker)  # dies with the list, if nothing else holds the list
         markers.append(weakref.ref(marker))

@@ -64,6 +64,7 @@ from xpushare.scheduler.metrics import (
     namespace_rows,
     quota_rows,
 )
+from xpushare.scheduler.versions import ListSnapshot
 from xpushare.scheduler.web import WebView
 from xpushare.scheduler.webhook import BadReview, Webhook
 from xpushare.scheduler.workers import FilterWorkers
@@ -170,7 +171,11 @@ class Scheduler:
         # the quotas' memory caps count in.
         self.placer = Placer(self.ledger, host=host, config=placement)
         self.cluster = ClusterState(
-            self.ledger, report=self._report, quotas=quota_book(host), handoffs=not worker
+            self.ledger,
+            report=self._report,
+            quotas=quota_book(host),
+            handoffs=not worker,
+            tamper=self._tampered,
         )
         #: DRA mode's allocated claims, booked into the same ledger (docs/dra.md).
         self.claims: ClaimBook | None = None
@@ -225,6 +230,7 @@ class Scheduler:
             claims=self.claims,
         )
         timeout = config.kube.watch_timeout_s
+        stale = config.kube.watch_stale_s
         self.informers = [
             Informer(
                 kube,
@@ -232,6 +238,7 @@ class Scheduler:
                 Handlers(self._replace_nodes, self.cluster.apply_node, self.cluster.delete_node),
                 watch_timeout_s=timeout,
                 on_error=self._watch_error,
+                stale_after_s=stale,
             ),
             Informer(
                 kube,
@@ -239,6 +246,7 @@ class Scheduler:
                 Handlers(self._replace_pods, self._apply_pod, self.cluster.delete_pod),
                 watch_timeout_s=timeout,
                 on_error=self._watch_error,
+                stale_after_s=stale,
             ),
             Informer(
                 kube,
@@ -246,6 +254,7 @@ class Scheduler:
                 Handlers(self._replace_quotas, self.cluster.apply_quota, self.cluster.delete_quota),
                 watch_timeout_s=timeout,
                 on_error=self._watch_error,
+                stale_after_s=stale,
             ),
         ]
         if self.claims is not None:
@@ -254,16 +263,26 @@ class Scheduler:
                 Informer(
                     kube,
                     "resourceslices",
-                    Handlers(claims.replace_slices, claims.apply_slice, claims.delete_slice),
+                    Handlers(
+                        lambda items, _: claims.replace_slices(items),
+                        claims.apply_slice,
+                        claims.delete_slice,
+                    ),
                     watch_timeout_s=timeout,
                     on_error=self._watch_error,
+                    stale_after_s=stale,
                 ),
                 Informer(
                     kube,
                     "resourceclaims",
-                    Handlers(claims.replace_claims, claims.apply_claim, claims.delete_claim),
+                    Handlers(
+                        lambda items, _: claims.replace_claims(items),
+                        claims.apply_claim,
+                        claims.delete_claim,
+                    ),
                     watch_timeout_s=timeout,
                     on_error=self._watch_error,
+                    stale_after_s=stale,
                 ),
             ]
         self.web: WebView | None = None
@@ -297,11 +316,12 @@ class Scheduler:
     @property
     def ready(self) -> bool:
         workers_ready = self.workers is None or self.workers.synced
-        return self.cluster.synced and self.is_leader() and workers_ready
+        informers_ready = all(i.healthy for i in self.informers)
+        return self.cluster.synced and self.is_leader() and workers_ready and informers_ready
 
-    def _replace_nodes(self, items: Any) -> None:
+    def _replace_nodes(self, items: Any, snapshot: ListSnapshot | None = None) -> None:
         # A relist replaces the node list first, then the pods are read against it.
-        self.cluster.replace_nodes(items)
+        self.cluster.replace_nodes(items, snapshot)
         self._after_list()
 
     def _after_list(self) -> None:
@@ -325,7 +345,7 @@ class Scheduler:
             gc.collect()
             gc.freeze()
 
-    def _replace_quotas(self, items: Any) -> None:
+    def _replace_quotas(self, items: Any, snapshot: ListSnapshot | None = None) -> None:
         self.cluster.replace_quotas(items)
         self._after_list()
 
@@ -350,15 +370,41 @@ class Scheduler:
         ):
             self.extender.remember(obj)
 
-    def _replace_pods(self, items: Any) -> None:
+    def _replace_pods(self, items: Any, snapshot: ListSnapshot | None = None) -> None:
         items = list(items)
-        self.cluster.replace_pods(items)
+        self.cluster.replace_pods(items, snapshot)
         for obj in items:
             self._remember_pending(obj)
         self._after_list()
 
     def _watch_error(self, resource: str, exc: Exception) -> None:
         self.metrics.watch_errors.labels(resource=resource).inc()
+
+    def _tampered(self, obj: ob.Object, edit: str, message: str) -> None:
+        """A bound pod's allocation record was edited (cluster.py ignores the edit): log it,
+        count it, and tell the pod's owner, once per pod and edit."""
+        ident = ("tamper", ob.uid(obj) or f"{ob.namespace(obj)}/{ob.name(obj)}", edit)
+        if self._reported.get(ident) == message:
+            return
+        if len(self._reported) > 10_000:
+            self._reported.clear()
+        self._reported[ident] = message
+        self.metrics.assignment_tampering.labels(edit=edit).inc()
+        log.warning("ignored an edit of an allocation record: %s", message)
+        ref = ObjectRef("Pod", ob.namespace(obj), ob.name(obj), ob.uid(obj))
+        self.events.record(ref, "Warning", "AllocationEditIgnored", message)
+
+    def _informers_healthy(self) -> list[str]:
+        """The resources whose list and watch have failed too long (readiness turns false)."""
+        stale = []
+        for informer in self.informers:
+            healthy = informer.healthy
+            self.metrics.informer_healthy.labels(resource=informer.resource).set(
+                1 if healthy else 0
+            )
+            if not healthy:
+                stale.append(informer.resource)
+        return stale
 
     def _report(self, kind: str, obj: ob.Object, key: str, message: str) -> None:
         """A malformed annotation: log it, count it, and tell the object's owner, once."""
@@ -486,6 +532,13 @@ class Scheduler:
     def _readyz(self, request: Request) -> Reply:
         if not self.cluster.synced:
             return Reply(503, b"caches not synced", _TEXT)
+        stale = self._informers_healthy()
+        if stale:
+            return Reply(
+                503,
+                f"cannot list or watch {', '.join(stale)} from the API server".encode(),
+                _TEXT,
+            )
         if not self.is_leader():
             return Reply(503, b"not the leader", _TEXT)
         if self.workers is not None and not self.workers.synced:

@@ -44,7 +44,9 @@ from xpushare.errors import CodecError
 from xpushare.models import Device, PodAssignment, PodRef
 from xpushare.models._compact import compact
 from xpushare.scheduler import objects as ob
+from xpushare.scheduler import versions
 from xpushare.scheduler.drabook import CLAIM_KEY_PREFIX
+from xpushare.scheduler.versions import ListSnapshot, Tombstones
 from xpushare.scheduling import UsageLedger
 from xpushare.scheduling.quota import QuotaBook
 
@@ -52,6 +54,15 @@ log = logging.getLogger(__name__)
 
 #: Called with (kind "node"/"pod", object, annotation key, message) for a bad annotation.
 Reporter = Callable[[str, ob.Object, str, str], None]
+#: Called with (pod, what: "changed"/"removed"/"added", message) when a bound pod's
+#: allocation record was edited after the fact: the edit is ignored (docs/scheduler.md).
+TamperReporter = Callable[[ob.Object, str, str], None]
+
+#: Deleted pods and nodes remembered with their deletion version, so that an older event
+#: or list item (a lagging watch, a slow relist, a read that raced a deletion) cannot bring
+#: one back. 16,384 deletions is minutes of churn at the 100 pods/s a large cluster runs;
+#: a view older than that comes from a watch that would have been restarted long before.
+MAX_TOMBSTONES = 16_384
 
 # HAMi keys that embed a chip name (research/hami-protocol.md §8.1).
 _ASCEND_REGISTER = re.compile(r"^hami\.io/node-register-(Ascend[-A-Za-z0-9_.]*)$")
@@ -88,8 +99,9 @@ def _hami_percent(vendor: str, item: HamiSlice) -> int:
 
 def _older(version: str, than: str) -> bool:
     # resourceVersions are opaque to clients, but every API server serves etcd revisions,
-    # which are integers; anything else is never judged older.
-    return version.isdigit() and than.isdigit() and int(version) < int(than)
+    # which are integers; anything else is never judged older (versions.py).
+    a, b = versions.number(version), versions.number(than)
+    return bool(a and b and a < b)
 
 
 @dataclass(slots=True)
@@ -139,6 +151,8 @@ class ClusterState:
         clock: Callable[[], float] = time.time,
         quotas: QuotaBook | None = None,
         handoffs: bool = True,
+        tamper: TamperReporter | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ledger = ledger
         #: Whether nodes' handoffs are read (``NodeRecord.handoff``): only a process that
@@ -155,6 +169,24 @@ class ClusterState:
         self.pods: dict[str, PodRecord] = {}
         self._by_name: dict[tuple[str, str], str] = {}
         self._report = report or (lambda kind, obj, key, message: None)
+        self._tamper = tamper or (lambda obj, what, message: None)
+        self._monotonic = monotonic
+        #: The newest version seen of every live pod, bound or not: an older event or list
+        #: item of it is ignored (client-go's rule; versions.py).
+        self._versions: dict[str, int] = {}
+        self._pod_tombstones = Tombstones(MAX_TOMBSTONES)
+        self._node_tombstones = Tombstones(MAX_TOMBSTONES)
+        #: Bound pods that carry no allocation record: one appearing later was not written
+        #: by the Binding that bound them (ours copies it in the same write), so it is
+        #: forged and ignored.
+        self._plain: set[str] = set()
+        #: Pods this process bound whose Binding the API server accepted but no event or
+        #: read has shown yet, with when the answer came (this process's monotonic clock):
+        #: kube-scheduler's assumed pods. A relist requested before then cannot know them.
+        self._assumed: dict[str, float] = {}
+        #: The highest fencing term any node carries (TERM_KEY): a replica taking the
+        #: Lease starts above it even if the Lease was deleted and re-created (leader.py).
+        self.highest_term = 0
         self._memory_sizes: dict[str, Counter[int]] = {}
         #: Called with a node name when the node's handoff annotation or version changed.
         self.on_node_changed: list[Callable[[str], None]] = []
@@ -297,10 +329,13 @@ class ClusterState:
         name = ob.name(obj)
         if not name:
             return
+        version = ob.resource_version(obj)
+        buried = self._node_tombstones.get(name)
+        if buried is not None and 0 < versions.number(version) <= buried:
+            return  # an event from before the node was deleted
         record = self.nodes.get(name)
         if record is None:
             record = self.nodes[name] = NodeRecord(name)
-        version = ob.resource_version(obj)
         if _older(version, record.resource_version) or (
             version and version == record.resource_version
         ):
@@ -328,6 +363,8 @@ class ClusterState:
             self.dra_nodes.discard(name)
         term_raw = annotations.get(TERM_KEY)
         record.term = parse_term(term_raw)
+        if record.term is not None and record.term > self.highest_term:
+            self.highest_term = record.term
         if term_raw is not None and record.term is None:
             self._report(
                 "node",
@@ -353,6 +390,11 @@ class ClusterState:
 
     def delete_node(self, obj: ob.Object) -> None:
         name = ob.name(obj)
+        version = versions.of(obj)
+        record = self.nodes.get(name)
+        if record is not None and 0 < version < versions.number(record.resource_version):
+            return  # the deletion of an earlier node of that name
+        self._node_tombstones.bury(name, version)
         record = self.nodes.pop(name, None)
         if record is not None:
             self._set_sizes(record, [])
@@ -361,14 +403,25 @@ class ClusterState:
         for callback in self.on_node_changed:
             callback(name)
 
-    def replace_nodes(self, items: Iterable[ob.Object]) -> None:
-        """The whole node list (after a relist): nodes missing from it are gone."""
+    def replace_nodes(
+        self, items: Iterable[ob.Object], snapshot: ListSnapshot | None = None
+    ) -> None:
+        """The whole node list (after a relist): nodes missing from it are gone, unless
+        what we hold of them is newer than the list (*snapshot*; None: newer than all)."""
         seen = set()
         for obj in items:
             seen.add(ob.name(obj))
             self.apply_node(obj)
-        for name in [n for n in self.nodes if n not in seen]:
-            self.delete_node({"metadata": {"name": name}})
+        listed = snapshot.version if snapshot is not None else 0
+        for name, record in list(self.nodes.items()):
+            if name in seen:
+                continue
+            held = versions.number(record.resource_version)
+            if listed and held > listed:
+                continue  # added or changed after the list's snapshot: not gone
+            self.delete_node(
+                {"metadata": {"name": name, "resourceVersion": str(listed or held or "")}}
+            )
         self.nodes_synced = True
 
     def _set_sizes(self, record: NodeRecord, sizes: list[tuple[str, int]]) -> None:
@@ -437,8 +490,23 @@ class ClusterState:
         return tuple(parts)
 
     def apply_pod(self, obj: ob.Object) -> None:
-        """A pod was added or changed."""
+        """A pod was added or changed (an event, a list item, or the answer of a read).
+
+        A view older than what is held is ignored, and only evidence newer than a booking
+        releases it: the pod seen finished or deleted. A pod's node never changes once set,
+        so a view of it unbound is always older than its binding (a late ADDED, a list
+        taken before the Binding) and never frees what it holds. A bound pod's allocation
+        record is immutable: the first value counted holds (docs/scheduler.md, "State").
+        """
         key = ob.pod_key(obj)
+        version = versions.of(obj)
+        if version:
+            held = self._versions.get(key)
+            if held is None:
+                held = self._pod_tombstones.get(key)
+            if held is not None and version <= held:
+                return  # this view or a newer one was applied already
+            self._versions[key] = version
         record = self.pods.get(key)
         raw = self._raw(obj)
         if record is not None and record.raw == raw:
@@ -454,16 +522,38 @@ class ClusterState:
                 record.raw = raw
             return
         entry = self.ledger.entry(key)
-        if assignment is None:
-            finished = ob.phase(obj) in ob.FINISHED_PHASES
-            if entry is not None and (finished or not entry.reserved):
+        if ob.phase(obj) in ob.FINISHED_PHASES:
+            # Newer evidence: the pod's containers are over, its devices are free.
+            if entry is not None:
                 self.ledger.remove(key)
+            self._assumed.pop(key, None)
+            self._plain.discard(key)
             self._forget(key)
             return
+        bound = entry is not None and not entry.reserved
+        if assignment is None:
+            if not ob.node_name(obj):
+                # Not bound in this view: pending, or a view from before its Binding. It
+                # holds nothing, and frees nothing it holds.
+                return
+            if bound:
+                assert entry is not None
+                self._tampered(obj, entry.node, record, raw, "removed")
+                return
+            self._plain.add(key)
+            return
         namespace = ob.namespace(obj)
-        if (
+        if bound:
+            assert entry is not None
+            if entry.assignment is not assignment and entry.assignment != assignment:
+                self._tampered(obj, entry.node, record, raw, "changed")
+                return
+        elif key in self._plain:
+            # Bound without one, and the Binding is the only write of ours that adds it.
+            self._tampered(obj, assignment.node, record, raw, "added")
+            return
+        elif (
             entry is not None
-            and entry.reserved
             and entry.namespace == namespace
             and (entry.assignment is assignment or entry.assignment == assignment)
         ):
@@ -472,8 +562,11 @@ class ClusterState:
             # Binding does) instead of being taken off and put back, which would change
             # the node's state twice and make every verdict about it be worked out again.
             self.ledger.confirm(key)
-        elif entry is None or entry.reserved or entry.assignment != assignment:
+        else:
+            # New, or a reservation of ours that another writer's Binding beat (an older
+            # term's): what the API server shows wins.
             self.ledger.add(key, assignment, namespace=namespace)
+        self._assumed.pop(key, None)
         if record is None:
             record = PodRecord(
                 key,
@@ -488,33 +581,102 @@ class ClusterState:
         record.started = ob.started(obj)
         record.raw = raw
 
+    def _tampered(
+        self, obj: ob.Object, node: str, record: PodRecord | None, raw: tuple[str, ...], what: str
+    ) -> None:
+        """A bound pod's allocation record was edited: keep the booking, tell the operator."""
+        key = ob.pod_key(obj)
+        who = f"{ob.namespace(obj)}/{ob.name(obj)}"
+        if what == "added":
+            message = (
+                f"pod {who} was bound to node {node or ob.node_name(obj)} without an "
+                f"allocation and {ASSIGNMENT_KEY!r} (or HAMi's) was added afterwards: it is "
+                "ignored. Only xpushare's scheduler writes it, in the Binding; check who may "
+                "patch pods (docs/install.md, RBAC)"
+            )
+        else:
+            message = (
+                f"the allocation record of pod {who} on node {node} was {what} after it was "
+                "bound: ignored, its devices stay booked as first recorded. Only xpushare's "
+                "scheduler may write it; check who may patch pods (docs/install.md, RBAC)"
+            )
+        self._tamper(obj, what, message)
+        self._assumed.pop(key, None)
+        if record is None and what != "added":
+            record = PodRecord(
+                key,
+                compact(ob.pod_ref(obj)),
+                node,
+                ob.started(obj),
+                since=ob.bound_since(obj) or self._clock(),
+            )
+            self.pods[key] = record
+            self._by_name[(record.ref.namespace, record.ref.name)] = key
+        if record is not None:
+            record.started = ob.started(obj)
+            record.raw = raw
+
+    def assume(self, key: str) -> None:
+        """Our Binding of *key* was accepted: hold its booking until the API server shows
+        the pod (a relist requested before now cannot contain the binding)."""
+        if key not in self.pods:
+            self._assumed[key] = self._monotonic()
+
     def _forget(self, key: str) -> None:
         record = self.pods.pop(key, None)
         if record is not None:
             self._by_name.pop((record.ref.namespace, record.ref.name), None)
 
-    def delete_pod(self, obj: ob.Object) -> None:
-        key = ob.pod_key(obj)
+    def _drop(self, key: str, version: int) -> None:
+        """The pod is gone as of *version*: free its booking and remember its deletion."""
+        self._pod_tombstones.bury(key, version)
+        self._versions.pop(key, None)
+        self._plain.discard(key)
+        self._assumed.pop(key, None)
         self.ledger.remove(key)
         self._forget(key)
         for callback in self.on_pod_deleted:
             callback(key)
 
-    def replace_pods(self, items: Iterable[ob.Object]) -> None:
-        """The whole pod list (after a relist): bound pods missing from it are gone.
+    def delete_pod(self, obj: ob.Object) -> None:
+        key = ob.pod_key(obj)
+        version = versions.of(obj)
+        held = self._versions.get(key, 0)
+        if 0 < version < held:
+            return  # the deletion of an earlier pod of that key (one without a UID)
+        self._drop(key, version or held)
 
-        Reservations stay: their bind is in flight and settles them itself.
+    def replace_pods(
+        self, items: Iterable[ob.Object], snapshot: ListSnapshot | None = None
+    ) -> None:
+        """The whole pod list (after a relist): what it shows is applied (in version
+        order, as any view), and a pod missing from it is gone only if the list is newer
+        than everything held of it (*snapshot*; None: a list newer than everything).
+
+        Reservations stay: their bind is in flight and settles them itself. Assumed pods
+        (bound here, not shown yet) stay unless the list was requested after their
+        Binding was answered.
         """
         seen = set()
         for obj in items:
             seen.add(ob.pod_key(obj))
             self.apply_pod(obj)
-        for entry in list(self.ledger.entries()):
-            if entry.key.startswith(CLAIM_KEY_PREFIX):
-                continue  # a DRA claim's devices, the claim book's (drabook.py)
-            if entry.key not in seen and not entry.reserved:
-                self.ledger.remove(entry.key)
-                self._forget(entry.key)
-                for callback in self.on_pod_deleted:
-                    callback(entry.key)
+        listed = snapshot.version if snapshot is not None else 0
+        keys = set(self._versions)
+        keys.update(e.key for e in self.ledger.entries() if not e.key.startswith(CLAIM_KEY_PREFIX))
+        for key in keys:
+            if key in seen:
+                continue
+            entry = self.ledger.entry(key)
+            if entry is not None and entry.reserved:
+                continue
+            assumed = self._assumed.get(key)
+            if assumed is not None:
+                if snapshot is not None and assumed >= snapshot.started:
+                    continue  # bound after the list was requested
+            else:
+                held = self._versions.get(key, 0)
+                if listed and held > listed:
+                    continue  # seen at a version newer than the list
+            self._drop(key, listed or self._versions.get(key, 0))
         self.pods_synced = True

@@ -114,6 +114,9 @@ class KubeConfig(_Section):
     #: idle watches after 5-10 minutes anyway; we ask for less so stalls are noticed).
     watch_timeout_s: int = Field(default=290, ge=1)
     request_timeout_s: float = Field(default=10.0, gt=0)
+    #: A resource whose list and watch have failed for this long turns readiness false
+    #: (informer.STALE_AFTER_S: two of the longest retry backoffs).
+    watch_stale_s: float = Field(default=60.0, gt=0, le=3600)
 
 
 class BindConfig(_Section):

@@ -744,6 +744,7 @@ class Extender:
             self.handoffs.in_flight.discard(key)
             self._pods.pop(f"{ref.namespace}/{ref.name}", None)
         self.ledger.confirm(key)
+        self.cluster.assume(key)
         self.metrics.decisions.labels(verb="bind", result="bound").inc()
         self._event(
             pod,

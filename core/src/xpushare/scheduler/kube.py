@@ -84,6 +84,53 @@ def _error(status: int, body: bytes, what: str) -> KubeError:
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "ws_proxy", "wss_proxy", "all_proxy")
 
 
+#: Longest watch event read (one JSON line): the API server refuses requests over 3 MiB
+#: and etcd values over 1.5 MiB, so an object's event is smaller; a longer line is not an
+#: event, and the stream is given up (and the watch restarted) instead of buffered.
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+
+
+async def _events(content: Any, what: str) -> AsyncIterator[Object]:
+    """The JSON lines of a watch stream, read in chunks.
+
+    Not ``readline()``: aiohttp refuses a line longer than its buffer (128 KiB) with a
+    ``ValueError``, so one large pod would stop the watch at the same event forever. Every
+    failure of the stream (cut mid-event, closed without its last chunk, a line that is not
+    an event) is raised as a :class:`KubeError` with status 0, which the informer retries
+    from the last complete event it applied.
+    """
+    buffer = bytearray()
+    while True:
+        try:
+            chunk = await content.readany()
+        except Exception as exc:
+            raise KubeError(0, f"stream broken: {type(exc).__name__}: {exc}", what=what) from exc
+        if not chunk:
+            if buffer.strip():
+                raise KubeError(0, "stream ended in the middle of an event", what=what)
+            return
+        buffer += chunk
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            if not line.strip():
+                continue
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise KubeError(0, f"not a watch event: {exc}", what=what) from exc
+            if not isinstance(event, dict):
+                raise KubeError(0, "not a watch event: not a JSON object", what=what)
+            yield event
+        if len(buffer) > MAX_EVENT_BYTES:
+            raise KubeError(
+                0, f"a watch event over {MAX_EVENT_BYTES} bytes: not an object's", what=what
+            )
+
+
 def _environment_matters(environ: Mapping[str, str] | None = None) -> bool:
     """Whether a proxy variable or a netrc file could change how the API server is reached."""
     env = os.environ if environ is None else environ
@@ -273,16 +320,12 @@ class Kube:
         try:
             if response.status >= 300:
                 raise _error(response.status, await response.read(), what)
-            while True:
-                line = await response.content.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    continue
-                event = orjson.loads(line)
+            async for event in _events(response.content, what):
                 if event.get("type") == "ERROR":
                     obj = event.get("object") or {}
-                    raise _error(int(obj.get("code") or 500), json.dumps(obj).encode(), what)
+                    code = obj.get("code") if isinstance(obj, dict) else None
+                    status = code if isinstance(code, int) and 100 <= code < 600 else 500
+                    raise _error(status, json.dumps(obj).encode()[:4096], what)
                 yield event
         finally:
             response.release()

@@ -220,6 +220,20 @@ class SchedulerMetrics:
             ["resource"],
             registry=r,
         )
+        self.assignment_tampering = Counter(
+            "xpushare_scheduler_assignment_tampering_total",
+            "Edits of a bound pod's allocation record that were ignored (the first value "
+            "holds), per edit: changed, removed, or added after the pod was bound",
+            ["edit"],
+            registry=r,
+        )
+        self.informer_healthy = Gauge(
+            "xpushare_scheduler_informer_healthy",
+            "1 while the resource's list and watch work (0 after failing for "
+            "kube.watch_stale_s: readiness is false then)",
+            ["resource"],
+            registry=r,
+        )
         self.leader = Gauge(
             "xpushare_scheduler_leader", "1 while this replica holds the lease", registry=r
         )
