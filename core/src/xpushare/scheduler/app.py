@@ -193,6 +193,7 @@ class Scheduler:
                 renew_deadline_s=config.leader.renew_deadline_s,
                 retry_period_s=config.leader.retry_period_s,
                 on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+                floor=lambda: self.cluster.highest_term,
             )
         leader = self.leader
         self.handoffs = HandoffManager(
@@ -396,7 +397,7 @@ class Scheduler:
 
     def _informers_healthy(self) -> list[str]:
         """The resources whose list and watch have failed too long (readiness turns false)."""
-        stale = []
+        stale: list[str] = []
         for informer in self.informers:
             healthy = informer.healthy
             self.metrics.informer_healthy.labels(resource=informer.resource).set(
@@ -604,8 +605,17 @@ class Scheduler:
             return  # it writes nothing: no events, no Lease, no repairs
         self.events.start()
         if self.leader is not None:
-            self._tasks.append(asyncio.create_task(self.leader.run(), name="leader-election"))
+            self._tasks.append(asyncio.create_task(self._campaign(), name="leader-election"))
         self._tasks.append(asyncio.create_task(self._repair_loop(), name="handoff-repair"))
+
+    async def _campaign(self) -> None:
+        """Campaign for the Lease once the nodes are listed: a new term starts above every
+        term the nodes carry (LeaderElector's floor), and a replica that cannot list the
+        cluster could not decide anything as leader anyway."""
+        assert self.leader is not None
+        nodes = next(i for i in self.informers if i.resource == "nodes")
+        await nodes.synced.wait()
+        await self.leader.run()
 
     async def start(self, *, listen_sock: socket.socket | None = None) -> None:
         """Everything, with the listeners of the configuration (a worker: *listen_sock*,
@@ -749,8 +759,12 @@ class Scheduler:
                 log.info("reloaded the TLS certificate from %s", self.tls.cert_file)
 
     async def wait_synced(self, timeout_s: float = 30.0) -> None:
+        """Until every informer has listed and, with leader election, the first campaign
+        round (which waits for the nodes' list) has run."""
         async with asyncio.timeout(timeout_s):
             await asyncio.gather(*(i.synced.wait() for i in self.informers))
+            if self.leader is not None and not self.worker:
+                await self.leader.campaigned.wait()
 
     async def stop(self) -> None:
         if self.workers is not None:

@@ -695,7 +695,7 @@ class Extender:
             wrote_handoff = True
             version = acquired.pod_version or version
             if acquired.took_over:
-                await self._read_node_pods(node)
+                await self.handoffs.read_node_pods(node, term)
             if abort.is_set():
                 raise HandoffAborted(f"pod {ref} was deleted while it was being bound")
             self._check_still_fits(key, ref, node)
@@ -763,21 +763,6 @@ class Extender:
         # landed): the reservation was replaced by the bound pod, nothing is left to do.
         entry = self.ledger.entry(key)
         return entry is not None and not entry.reserved
-
-    async def _read_node_pods(self, node: str) -> None:
-        """Count every pod the API server has bound to *node*.
-
-        Called after the first handoff this term writes on the node: from that write on no
-        older term can bind there, but its last Bindings may not have reached our watch yet.
-        """
-        try:
-            pods = await self.kube.list_node_pods(node)
-        except KubeError as exc:
-            raise KubeError(
-                exc.status, f"reading the pods of node {node} after a change of leader: {exc}"
-            ) from exc
-        for obj in pods:
-            self.cluster.apply_pod(obj)
 
     def _check_still_fits(self, key: str, ref: PodRef, node: str) -> None:
         problems = self.ledger.overbooked(node, key)

@@ -58,14 +58,21 @@ class HandoffAborted(Exception):
 
 
 class Fenced(Exception):
-    """The node carries a newer term than this bind's: this replica is not the leader any
-    more (or the Lease was re-created), and must not write the node."""
+    """The node carries a newer term than this bind's, or this very term written by another
+    replica (two Leases counted to the same number: it was deleted and re-created): this
+    replica must not write the node under this term."""
 
     def __init__(self, node: str, term: int, node_term: int) -> None:
+        if node_term > term:
+            why = "this replica is not the leader any more"
+        else:
+            why = (
+                "another replica wrote the same term number (the Lease was re-created), "
+                "so this replica's term is raised past it before it writes again"
+            )
         super().__init__(
             f"node {node} was written by a scheduler replica of term {node_term} and this "
-            f"bind runs under term {term}: this replica is not the leader any more; "
-            "kube-scheduler retries the pod with the current leader"
+            f"bind runs under term {term}: {why}; kube-scheduler retries the pod"
         )
         self.node = node
         self.term = term
@@ -83,9 +90,9 @@ class Acquired:
     """A handoff this bind wrote, and what the caller must do before its Binding."""
 
     handoff: Handoff
-    #: The first write of this term on a node an older term wrote: bindings of that term
-    #: may have landed that this replica's watch has not shown yet, so the caller reads
-    #: the node's pods.
+    #: No read of the node's pods has followed a write of this term on the node yet:
+    #: Bindings of older terms may have landed that this replica's watch has not shown, so
+    #: the caller reads them (:meth:`HandoffManager.read_node_pods`) before binding.
     took_over: bool
     #: The pod's resourceVersion after this bind fenced it (an older term had left a
     #: handoff of the very same pod): the Binding's precondition. Empty when not fenced.
@@ -130,6 +137,14 @@ class HandoffManager:
         self._slots: dict[str, _Slot] = {}
         #: Pod keys with a bind in flight here: their handoff is not stale.
         self.in_flight: set[str] = set()
+        #: The term this replica last wrote each node under: a node carrying our term
+        #: number that we did not write was written by another replica holding the same
+        #: number (a re-created Lease), and is a newer term's node as far as we are
+        #: concerned.
+        self._written: dict[str, int] = {}
+        #: The term under which each node's pods were last read after a write of ours (the
+        #: takeover read): binds of a term read once per node, whatever wrote first.
+        self._read_under: dict[str, int] = {}
         cluster.on_node_changed.append(self._changed)
 
     def _slot(self, node: str) -> _Slot:
@@ -142,8 +157,11 @@ class HandoffManager:
         slot = self._slots.get(node)
         if slot is not None:
             slot.changed.set()
-        if node not in self.cluster.nodes and slot is not None and not slot.lock.locked():
-            del self._slots[node]  # a deleted node's slot must not outlive it
+        if node not in self.cluster.nodes:
+            self._written.pop(node, None)
+            self._read_under.pop(node, None)
+            if slot is not None and not slot.lock.locked():
+                del self._slots[node]  # a deleted node's slot must not outlive it
 
     # -- the state of one node's handoff -----------------------------------------------------------
 
@@ -170,7 +188,9 @@ class HandoffManager:
     def _check_term(self, node: str, term: int | None) -> None:
         record = self.cluster.nodes.get(node)
         node_term = record.term if record is not None else None
-        if term is not None and node_term is not None and node_term > term:
+        if term is None or node_term is None:
+            return
+        if node_term > term or (node_term == term and self._written.get(node) != term):
             raise Fenced(node, term, node_term)
 
     async def stale_cause(self, node: str, term: int | None = None) -> str | None:
@@ -267,10 +287,36 @@ class HandoffManager:
         if term is not None:
             patch[TERM_KEY] = str(term)
         obj = await self.kube.patch_node_annotations(node, patch, resource_version=version)
+        if term is not None:
+            self._written[node] = term
         # Apply our own write now rather than when the watch echoes it: the next bind for
         # this node must see it at once.
         self.cluster.apply_node(obj)
         return before
+
+    def needs_read(self, node: str, term: int | None) -> bool:
+        """Whether a bind under *term* must read the node's pods before its Binding."""
+        return term is not None and self._read_under.get(node) != term
+
+    async def read_node_pods(self, node: str, term: int | None) -> None:
+        """Count every pod the API server has bound to *node* (a consistent read).
+
+        Called after a write of this term on the node and before the first Binding of the
+        term there: from that write on no other term can write the node's handoff, so no
+        Binding but the one its current handoff names (which is fenced before it is
+        replaced) can land later, and what this read shows is complete. Its pods go through
+        the cluster state's version order, so no older event can undo them afterwards.
+        """
+        try:
+            pods = await self.kube.list_node_pods(node)
+        except KubeError as exc:
+            raise KubeError(
+                exc.status, f"reading the pods of node {node} after a change of leader: {exc}"
+            ) from exc
+        for obj in pods:
+            self.cluster.apply_pod(obj)
+        if term is not None and self._written.get(node) == term:
+            self._read_under[node] = term
 
     async def clear(
         self, node: str, expected: Handoff | None, cause: str, term: int | None = None
@@ -349,7 +395,7 @@ class HandoffManager:
                     pod, vendors, now=self.clock(), ttl_s=self.ttl_s, term=term or 0
                 )
                 try:
-                    before = await self._write(node, encode_handoff(handoff, node=node), term)
+                    await self._write(node, encode_handoff(handoff, node=node), term)
                 except Conflict:
                     conflicts += 1
                     if conflicts > self.conflict_retries:
@@ -357,17 +403,16 @@ class HandoffManager:
                     await self._refresh(node)
                     continue
                 self.metrics.handoff_wait_seconds.observe(loop.time() - started)
-                # A node without a term was never written by a fenced bind: no Binding of
-                # an older term can be missing from our watch there (every replica writes
-                # its term when leader election is on, docs/scheduler.md).
-                took_over = term is not None and before is not None and before < term
-                return Acquired(handoff, took_over, pod_version)
+                # Whatever this term wrote first on the node (this handoff, a repair), its
+                # pods are read once before its first Binding there.
+                return Acquired(handoff, self.needs_read(node, term), pod_version)
         finally:
             slot.lock.release()
 
     async def _heal(self, exc: Fenced) -> None:
-        """A node newer than our term while we hold the Lease: the Lease's count restarted
-        (re-created); raise our term past the node's for the binds that come next."""
+        """A node newer than our term, or of our term number by another writer, while we
+        hold the Lease: the Lease's count restarted (re-created); raise our term past the
+        node's for the binds that come next (only the Lease's holder can)."""
         if self._raise_term is not None and exc.term == self.term():
             await self._raise_term(exc.node_term)
 

@@ -59,6 +59,7 @@ class LeaderElector:
         retry_period_s: float = 2.0,
         on_change: Callable[[bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        floor: Callable[[], int] = lambda: 0,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -68,8 +69,14 @@ class LeaderElector:
         self.renew_deadline_s = renew_deadline_s
         self.retry_period_s = retry_period_s
         self._on_change = on_change or (lambda leading: None)
+        #: The highest term this replica has seen written anywhere (nodes): every new term
+        #: is above it, so a Lease deleted and re-created cannot hand out an old number.
+        self._floor = floor
         self._clock = clock
         self.is_leader = False
+        #: Set once the first round of the protocol has run (won or not): tests and the
+        #: start-up wait on it instead of guessing how long a campaign takes.
+        self.campaigned = asyncio.Event()
         #: The fencing token of the term this replica holds or held last (None: never held).
         self.term: int | None = None
         self._lease: dict[str, Any] = {}
@@ -108,7 +115,14 @@ class LeaderElector:
             # was cleared by hand, and after this identity's own lapse (another process of
             # the same identity, or this one before a stall): two writers never share one.
             spec["acquireTime"] = now
-            spec["leaseTransitions"] = min(MAX_TERM, transitions + (1 if previous else 0))
+            term = transitions + (1 if previous else 0)
+            seen = self._floor()
+            if seen:
+                # A re-created Lease counts from 0 again while nodes remember the terms
+                # written before: start above every one of them this replica has seen.
+                # One it has not seen yet is caught at the node (handoff.py, Fenced).
+                term = max(term, seen + 1)
+            spec["leaseTransitions"] = min(MAX_TERM, term)
         return spec
 
     async def try_acquire_or_renew(self) -> bool:
@@ -204,6 +218,7 @@ class LeaderElector:
                 except Exception as exc:  # never let a bug end the campaign silently
                     log.warning("leader election round failed: %s", exc)
                     held = False
+                self.campaigned.set()
                 if held:
                     self._set(True)
                 elif self.is_leader:
