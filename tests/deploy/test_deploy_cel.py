@@ -25,7 +25,9 @@ def evaluate(expression: str, **variables) -> object:
     return cel.evaluate(expression, context)
 
 
-def pod(containers=None, init_containers=None, ephemeral=None, volumes=None) -> dict:
+def pod(
+    containers=None, init_containers=None, ephemeral=None, volumes=None, annotations=None
+) -> dict:
     spec: dict = {"containers": containers or [{"name": "main", "image": "busybox"}]}
     if init_containers is not None:
         spec["initContainers"] = init_containers
@@ -33,7 +35,10 @@ def pod(containers=None, init_containers=None, ephemeral=None, volumes=None) -> 
         spec["ephemeralContainers"] = ephemeral
     if volumes is not None:
         spec["volumes"] = volumes
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    meta: dict = {"name": "p"}
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def container(limits=None, requests=None, env=None, prefix=None, security=None) -> dict:
@@ -90,24 +95,68 @@ def match_condition(values=None) -> str:
         (pod(ephemeral=[container(prefix="NVIDIA_")]), True),
         (pod([container(prefix="APP_")]), False),
         (pod([container(prefix="")]), False),
-        # A privileged container (or one adding capabilities) with a hostPath volume could
-        # mount device nodes; either alone is Pod Security's business.
-        (pod([container(security=PRIVILEGED)], volumes=HOST_DEV), True),
-        (
-            pod([container(security={"capabilities": {"add": ["SYS_ADMIN"]}})], volumes=HOST_DEV),
-            True,
-        ),
-        (pod(init_containers=[container(security=PRIVILEGED)], volumes=HOST_DEV), True),
-        (pod(ephemeral=[container(security=PRIVILEGED)], volumes=HOST_DEV), True),
-        (pod([container(security=PRIVILEGED)], volumes=HOST_DEV[:1]), False),
-        (pod([container(security=PRIVILEGED)]), False),
-        (pod([container(security={"privileged": False})], volumes=HOST_DEV), False),
-        (pod([container(security={"capabilities": {"drop": ["ALL"]}})], volumes=HOST_DEV), False),
-        (pod([container(security={"runAsUser": 1000})], volumes=HOST_DEV), False),
+        # Our annotations: a copied xpushare.io/assignment is removed by the webhook.
+        (pod(annotations={"xpushare.io/assignment": "{}"}), True),
+        (pod(annotations={"xpushare.io/use-model": "A100"}), True),
+        (pod(annotations={"example.com/xpushare.io/x": "1", "team": "ml"}), False),
     ],
 )
 def test_webhook_is_called_only_for_pods_asking_for_managed_resources(obj, sent):
     assert evaluate(match_condition(), object=obj) is sent
+
+
+def csi_node_plugin() -> dict:
+    """A CSI node plugin's pod: privileged, hostPath of the kubelet's and the devices' dirs."""
+    volumes = [
+        {"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet"}},
+        {"name": "dev", "hostPath": {"path": "/dev"}},
+    ]
+    driver = container(security={"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}})
+    return pod([driver, container()], volumes=volumes)
+
+
+def cni_pod() -> dict:
+    """A CNI daemon's pod: host network, NET_ADMIN, hostPath of the CNI config and binaries."""
+    obj = pod(
+        [container(security={"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}})],
+        init_containers=[container(security={"privileged": True})],
+        volumes=[
+            {"name": "cni-bin", "hostPath": {"path": "/opt/cni/bin"}},
+            {"name": "cni-conf", "hostPath": {"path": "/etc/cni/net.d"}},
+            {"name": "dev", "hostPath": {"path": "/dev"}},
+        ],
+    )
+    obj["spec"]["hostNetwork"] = True
+    return obj
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        csi_node_plugin(),
+        cni_pod(),
+        pod([container(security=PRIVILEGED)], volumes=HOST_DEV),
+        pod(ephemeral=[container(security=PRIVILEGED)], volumes=HOST_DEV),
+        pod([container(limits={"cpu": "2"})], volumes=HOST_DEV[:1]),
+    ],
+    ids=["csi-node-plugin", "cni", "privileged-hostpath", "debug-privileged", "plain"],
+)
+def test_pods_that_ask_for_no_device_are_never_sent(obj):
+    """Defect 7: such pods were sent, so with both scheduler replicas down (failurePolicy
+    Fail) no CSI or CNI pod could start in any namespace. Pod Security closes what they
+    could do to the devices (docs/scheduler.md)."""
+    assert evaluate(match_condition(), object=obj) is False
+
+
+def test_a_node_plugin_that_asks_for_a_device_or_exposes_one_is_still_sent():
+    gpu = csi_node_plugin()
+    gpu["spec"]["containers"][1]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    assert evaluate(match_condition(), object=gpu) is True
+    exposed = cni_pod()
+    exposed["spec"]["initContainers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+    ]
+    assert evaluate(match_condition(), object=exposed) is True
 
 
 def test_match_condition_follows_the_enabled_vendors():
