@@ -1,7 +1,9 @@
 """The CEL the chart ships decides as intended: evaluated on real-shaped requests.
 
 The webhook's matchCondition decides which pods the API server sends to xpushare; the
-node-scoped ValidatingAdmissionPolicy decides which node writes the agent may make. Both are
+node-scoped ValidatingAdmissionPolicy decides which node writes the agent may make; the
+allocation-record policy decides who may write the annotations that say which devices a pod
+holds. All are
 evaluated here with a CEL implementation (cel-rust through ``common-expression-language``) on
 the objects the API server would bind to ``object``, ``oldObject`` and ``request``.
 """
@@ -12,7 +14,7 @@ import copy
 
 import cel
 import pytest
-from chartkit import EVERYTHING, NAMESPACE, RELEASE, one, render
+from chartkit import EVERYTHING, NAMESPACE, RELEASE, find, one, render
 
 AGENT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-node"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
@@ -189,12 +191,12 @@ def node(name: str, annotations=None, labels=None, unschedulable=False) -> dict:
     }
 
 
-def request(user: str, node_name: str | None) -> dict:
+def request(user: str, node_name: str | None, operation: str = "UPDATE") -> dict:
     extra = {NODE_NAME_KEY: [node_name]} if node_name else {}
-    return {"userInfo": {"username": user, "extra": extra}, "operation": "UPDATE"}
+    return {"userInfo": {"username": user, "extra": extra}, "operation": operation}
 
 
-def admit(policy: dict, old: dict, new: dict, req: dict) -> list[str]:
+def admit(policy: dict, old: dict | None, new: dict, req: dict) -> list[str]:
     """The messages of the failed validations ([] = allowed); [] too when the policy skips."""
     spec = policy["spec"]
     bound = {"object": new, "oldObject": old, "request": req}
@@ -217,7 +219,9 @@ def admit(policy: dict, old: dict, new: dict, req: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def policy() -> dict:
-    return one(render(EVERYTHING), "ValidatingAdmissionPolicy")
+    return one(
+        render(EVERYTHING), "ValidatingAdmissionPolicy", f"{RELEASE}-xpushare-node-agent-scope"
+    )
 
 
 def test_agent_may_publish_its_own_inventory(policy):
@@ -266,3 +270,153 @@ def test_a_token_without_node_name_is_refused_and_others_are_not_judged(policy):
     new["spec"]["unschedulable"] = True
     other = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-scheduler"
     assert admit(policy, old, new, request(other, None)) == []
+
+
+# -- the allocation record: only the scheduler writes it (issue 31) -----------------------------
+
+SCHEDULER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-scheduler"
+TENANT = "system:serviceaccount:ml:trainer"
+KUBELET = "system:node:n1"
+HAMI_SCHEDULER = "system:serviceaccount:kube-system:hami-scheduler"
+RECORD = '{"node":"n1","containers":[]}'
+
+
+def record_policy(values=None) -> dict:
+    return one(render(values), "ValidatingAdmissionPolicy", f"{RELEASE}-xpushare-allocation-record")
+
+
+def bound_pod(annotations=None, labels=None) -> dict:
+    obj = pod(annotations=annotations or {})
+    obj["metadata"]["labels"] = dict(labels or {})
+    obj["spec"]["nodeName"] = "n1"
+    return obj
+
+
+def changed(obj: dict, annotations: dict[str, str | None]) -> dict:
+    """*obj* with *annotations* set (None: removed)."""
+    new = copy.deepcopy(obj)
+    for key, value in annotations.items():
+        if value is None:
+            new["metadata"]["annotations"].pop(key, None)
+        else:
+            new["metadata"]["annotations"][key] = value
+    return new
+
+
+def binding(annotations=None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p", "annotations": dict(annotations or {})},
+        "target": {"kind": "Node", "name": "n1"},
+    }
+
+
+def record_admit(old, new, user, operation="UPDATE", values=None) -> list[str]:
+    return admit(record_policy(values), old, new, request(user, None, operation))
+
+
+def test_the_record_policy_is_on_by_default_and_guards_the_codec_keys():
+    from xpushare.codec import ASSIGNMENT_KEY, FENCED_KEY, HAMI_KEYS, hami_keys
+
+    policy = record_policy()
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert {"pods", "pods/status", "pods/binding", "bindings"} <= set(rules[0]["resources"])
+    binding_ = one(render(), "ValidatingAdmissionPolicyBinding", policy["metadata"]["name"])
+    assert binding_["spec"]["validationActions"] == ["Deny"]
+    keys = [ASSIGNMENT_KEY, FENCED_KEY, "hami.io/vgpu-node"]
+    keys += [k.allocated for k in HAMI_KEYS.values()]
+    keys += [
+        hami_keys("ascend", "Ascend910B3").allocated,
+        hami_keys("iluvatar", "MR-V100").allocated,
+    ]
+    for key in keys:
+        assert record_admit(bound_pod(), bound_pod({key: "x"}), TENANT), key
+    off = render({"scheduler": {"allocationPolicy": {"enabled": False}}})
+    assert [p["metadata"]["name"] for p in find(off, "ValidatingAdmissionPolicy")] == [
+        f"{RELEASE}-xpushare-node-agent-scope"
+    ]
+
+
+def test_the_scheduler_binds_and_fences_with_its_record():
+    pending = pod()
+    assert (
+        record_admit(None, binding({"xpushare.io/assignment": RECORD}), SCHEDULER, "CREATE") == []
+    )
+    bound = bound_pod({"xpushare.io/assignment": RECORD})
+    assert record_admit(bound, changed(bound, {"xpushare.io/fenced-by-term": "3"}), SCHEDULER) == []
+    assert record_admit(pending, pending, SCHEDULER) == []
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"xpushare.io/assignment": None},
+        {"xpushare.io/assignment": '{"node":"n1","containers":[{"forged":1}]}'},
+        {"xpushare.io/fenced-by-term": "99"},
+        {"hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,40000,100:;"},
+    ],
+    ids=["remove", "rewrite", "fence", "add-hami"],
+)
+def test_a_tenant_may_not_touch_the_record_of_a_bound_pod(edit):
+    bound = bound_pod({"xpushare.io/assignment": RECORD, "team": "ml"})
+    (message,) = record_admit(bound, changed(bound, edit), TENANT)
+    assert "may not set, change or remove" in message
+
+
+def test_a_tenant_may_not_add_a_record_to_a_pod_the_default_scheduler_bound():
+    plain = bound_pod()
+    assert record_admit(plain, changed(plain, {"xpushare.io/assignment": RECORD}), TENANT)
+    hami = changed(
+        plain, {"hami.io/vgpu-node": "n1", "hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,1,1:;"}
+    )
+    assert record_admit(plain, hami, TENANT)
+    ascend = changed(plain, {"hami.io/Ascend910B3-devices-allocated": "x"})
+    assert record_admit(plain, ascend, TENANT)
+
+
+def test_a_tenant_may_change_everything_else():
+    bound = bound_pod({"xpushare.io/assignment": RECORD, "team": "ml"}, {"app": "a"})
+    relabelled = copy.deepcopy(bound)
+    relabelled["metadata"]["labels"]["app"] = "b"
+    assert record_admit(bound, relabelled, TENANT) == []
+    # Request hints (ours and HAMi's) and what HAMi's device plugin rewrites at Allocate.
+    hinted = changed(
+        bound,
+        {
+            "team": None,
+            "xpushare.io/use-model": "A100",
+            "hami.io/node-scheduler-policy": "spread",
+            "hami.io/vgpu-devices-to-allocate": ";",
+            "hami.io/bind-phase": "success",
+        },
+    )
+    assert record_admit(bound, hinted, TENANT) == []
+    # kubelet's status update carries the record unchanged.
+    assert record_admit(bound, bound, KUBELET) == []
+
+
+def test_a_new_pod_or_binding_with_a_record_is_refused_unless_the_scheduler_sends_it():
+    """The webhook removes a copied assignment before this policy sees the pod; where the
+    webhook is skipped (ignore label, excluded namespace) the policy refuses it."""
+    copied = pod(annotations={"xpushare.io/assignment": RECORD})
+    assert record_admit(None, copied, TENANT, "CREATE")
+    assert (
+        record_admit(None, pod(annotations={"xpushare.io/use-model": "A100"}), TENANT, "CREATE")
+        == []
+    )
+    assert record_admit(None, binding({"xpushare.io/assignment": RECORD}), TENANT, "CREATE")
+    assert record_admit(None, binding(), "system:kube-scheduler", "CREATE") == []
+
+
+def test_hamis_scheduler_writes_its_keys_when_the_operator_allows_it():
+    values = {"scheduler": {"allocationPolicy": {"allowedUsers": [HAMI_SCHEDULER]}}}
+    plain = bound_pod()
+    hami = changed(
+        plain, {"hami.io/vgpu-node": "n1", "hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,1,1:;"}
+    )
+    assert record_admit(plain, hami, HAMI_SCHEDULER) != []
+    assert record_admit(plain, hami, HAMI_SCHEDULER, values=values) == []
+    assert record_admit(
+        plain, changed(plain, {"xpushare.io/assignment": RECORD}), TENANT, values=values
+    )
