@@ -135,7 +135,7 @@ def test_the_chart_refuses_a_web_view_off_loopback_without_a_token(tmp_path):
     helm_python = helm()
     for host in ("0.0.0.0", "10.0.0.7", "::"):
         values = {"scheduler": {"web": {"enabled": True, "host": host}}}
-        with pytest.raises(helm_python.HelmError, match="scheduler.web.auth.mode=token"):
+        with pytest.raises(helm_python.HelmError, match=r"scheduler\.web\.auth\.mode=token"):
             render(values)
     values = {
         "scheduler": {

@@ -9,9 +9,8 @@ from sched_helpers import add_nodes
 from web_helpers import WEB, web_url
 
 from xpushare.cli.main import main as cli
-from xpushare.scheduler.config import ConfigError
 from xpushare.scheduler import load_config
-from xpushare.scheduler.config import is_loopback_host
+from xpushare.scheduler.config import ConfigError, is_loopback_host
 from xpushare.scheduler.web.hostcheck import host_name
 
 

@@ -1,9 +1,10 @@
 """Error text that fits through gRPC's status: short, whatever the request held.
 
 Why: a gRPC status message travels in the trailing metadata (``grpc-message``), and every
-implementation caps the metadata it accepts: gRPC C-core (the Python client, our fake kubelet)
-warns past 8 KiB (``GRPC_ARG_MAX_METADATA_SIZE``) and drops the stream past 16 KiB. An error that quotes the whole request (an
-Allocate of 100,000 device IDs once made a 1 MB message) is dropped on the way: the caller sees
+implementation caps the metadata it accepts: gRPC C-core (the Python client, our fake
+kubelet) warns past 8 KiB (``GRPC_ARG_MAX_METADATA_SIZE``) and drops the stream past 16 KiB.
+An error that quotes the whole request (an Allocate of 100,000 device IDs once made a 1 MB
+message) is dropped on the way: the caller sees
 RESOURCE_EXHAUSTED "Stream removed" instead of the code and the reason, and kubelet's event on
 the pod says nothing useful. So errors name a list by its size and first few items, and the
 device-plugin and DRA servers cut whatever they send to :data:`MAX_STATUS_CHARS` (DRA's

@@ -15,10 +15,10 @@ who types an address (a pod IP with the token check on) reaches the view as befo
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from xpushare.scheduler.config import LOOPBACK_NAMES, is_loopback_host
 
@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 #: The status a refused Host gets: 421 Misdirected Request (RFC 9110 §15.5.20), "this server
 #: does not answer for that authority", which is what a rebound name is.
 MISDIRECTED = 421
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
 def _bare(name: str) -> str:
