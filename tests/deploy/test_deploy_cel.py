@@ -1,7 +1,9 @@
 """The CEL the chart ships decides as intended: evaluated on real-shaped requests.
 
 The webhook's matchCondition decides which pods the API server sends to xpushare; the
-node-scoped ValidatingAdmissionPolicy decides which node writes the agent may make. Both are
+node-scoped ValidatingAdmissionPolicy decides which node writes the agent may make; the
+allocation-record policy decides who may write the annotations that say which devices a pod
+holds. All are
 evaluated here with a CEL implementation (cel-rust through ``common-expression-language``) on
 the objects the API server would bind to ``object``, ``oldObject`` and ``request``.
 """
@@ -12,7 +14,7 @@ import copy
 
 import cel
 import pytest
-from chartkit import EVERYTHING, NAMESPACE, RELEASE, one, render
+from chartkit import EVERYTHING, NAMESPACE, RELEASE, find, one, render
 
 AGENT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-node"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
@@ -25,7 +27,9 @@ def evaluate(expression: str, **variables) -> object:
     return cel.evaluate(expression, context)
 
 
-def pod(containers=None, init_containers=None, ephemeral=None, volumes=None) -> dict:
+def pod(
+    containers=None, init_containers=None, ephemeral=None, volumes=None, annotations=None
+) -> dict:
     spec: dict = {"containers": containers or [{"name": "main", "image": "busybox"}]}
     if init_containers is not None:
         spec["initContainers"] = init_containers
@@ -33,7 +37,10 @@ def pod(containers=None, init_containers=None, ephemeral=None, volumes=None) -> 
         spec["ephemeralContainers"] = ephemeral
     if volumes is not None:
         spec["volumes"] = volumes
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    meta: dict = {"name": "p"}
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def container(limits=None, requests=None, env=None, prefix=None, security=None) -> dict:
@@ -90,24 +97,68 @@ def match_condition(values=None) -> str:
         (pod(ephemeral=[container(prefix="NVIDIA_")]), True),
         (pod([container(prefix="APP_")]), False),
         (pod([container(prefix="")]), False),
-        # A privileged container (or one adding capabilities) with a hostPath volume could
-        # mount device nodes; either alone is Pod Security's business.
-        (pod([container(security=PRIVILEGED)], volumes=HOST_DEV), True),
-        (
-            pod([container(security={"capabilities": {"add": ["SYS_ADMIN"]}})], volumes=HOST_DEV),
-            True,
-        ),
-        (pod(init_containers=[container(security=PRIVILEGED)], volumes=HOST_DEV), True),
-        (pod(ephemeral=[container(security=PRIVILEGED)], volumes=HOST_DEV), True),
-        (pod([container(security=PRIVILEGED)], volumes=HOST_DEV[:1]), False),
-        (pod([container(security=PRIVILEGED)]), False),
-        (pod([container(security={"privileged": False})], volumes=HOST_DEV), False),
-        (pod([container(security={"capabilities": {"drop": ["ALL"]}})], volumes=HOST_DEV), False),
-        (pod([container(security={"runAsUser": 1000})], volumes=HOST_DEV), False),
+        # Our annotations: a copied xpushare.io/assignment is removed by the webhook.
+        (pod(annotations={"xpushare.io/assignment": "{}"}), True),
+        (pod(annotations={"xpushare.io/use-model": "A100"}), True),
+        (pod(annotations={"example.com/xpushare.io/x": "1", "team": "ml"}), False),
     ],
 )
 def test_webhook_is_called_only_for_pods_asking_for_managed_resources(obj, sent):
     assert evaluate(match_condition(), object=obj) is sent
+
+
+def csi_node_plugin() -> dict:
+    """A CSI node plugin's pod: privileged, hostPath of the kubelet's and the devices' dirs."""
+    volumes = [
+        {"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet"}},
+        {"name": "dev", "hostPath": {"path": "/dev"}},
+    ]
+    driver = container(security={"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}})
+    return pod([driver, container()], volumes=volumes)
+
+
+def cni_pod() -> dict:
+    """A CNI daemon's pod: host network, NET_ADMIN, hostPath of the CNI config and binaries."""
+    obj = pod(
+        [container(security={"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}})],
+        init_containers=[container(security={"privileged": True})],
+        volumes=[
+            {"name": "cni-bin", "hostPath": {"path": "/opt/cni/bin"}},
+            {"name": "cni-conf", "hostPath": {"path": "/etc/cni/net.d"}},
+            {"name": "dev", "hostPath": {"path": "/dev"}},
+        ],
+    )
+    obj["spec"]["hostNetwork"] = True
+    return obj
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        csi_node_plugin(),
+        cni_pod(),
+        pod([container(security=PRIVILEGED)], volumes=HOST_DEV),
+        pod(ephemeral=[container(security=PRIVILEGED)], volumes=HOST_DEV),
+        pod([container(limits={"cpu": "2"})], volumes=HOST_DEV[:1]),
+    ],
+    ids=["csi-node-plugin", "cni", "privileged-hostpath", "debug-privileged", "plain"],
+)
+def test_pods_that_ask_for_no_device_are_never_sent(obj):
+    """Defect 7: such pods were sent, so with both scheduler replicas down (failurePolicy
+    Fail) no CSI or CNI pod could start in any namespace. Pod Security closes what they
+    could do to the devices (docs/scheduler.md)."""
+    assert evaluate(match_condition(), object=obj) is False
+
+
+def test_a_node_plugin_that_asks_for_a_device_or_exposes_one_is_still_sent():
+    gpu = csi_node_plugin()
+    gpu["spec"]["containers"][1]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    assert evaluate(match_condition(), object=gpu) is True
+    exposed = cni_pod()
+    exposed["spec"]["initContainers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+    ]
+    assert evaluate(match_condition(), object=exposed) is True
 
 
 def test_match_condition_follows_the_enabled_vendors():
@@ -140,12 +191,12 @@ def node(name: str, annotations=None, labels=None, unschedulable=False) -> dict:
     }
 
 
-def request(user: str, node_name: str | None) -> dict:
+def request(user: str, node_name: str | None, operation: str = "UPDATE") -> dict:
     extra = {NODE_NAME_KEY: [node_name]} if node_name else {}
-    return {"userInfo": {"username": user, "extra": extra}, "operation": "UPDATE"}
+    return {"userInfo": {"username": user, "extra": extra}, "operation": operation}
 
 
-def admit(policy: dict, old: dict, new: dict, req: dict) -> list[str]:
+def admit(policy: dict, old: dict | None, new: dict, req: dict) -> list[str]:
     """The messages of the failed validations ([] = allowed); [] too when the policy skips."""
     spec = policy["spec"]
     bound = {"object": new, "oldObject": old, "request": req}
@@ -168,7 +219,9 @@ def admit(policy: dict, old: dict, new: dict, req: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def policy() -> dict:
-    return one(render(EVERYTHING), "ValidatingAdmissionPolicy")
+    return one(
+        render(EVERYTHING), "ValidatingAdmissionPolicy", f"{RELEASE}-xpushare-node-agent-scope"
+    )
 
 
 def test_agent_may_publish_its_own_inventory(policy):
@@ -217,3 +270,153 @@ def test_a_token_without_node_name_is_refused_and_others_are_not_judged(policy):
     new["spec"]["unschedulable"] = True
     other = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-scheduler"
     assert admit(policy, old, new, request(other, None)) == []
+
+
+# -- the allocation record: only the scheduler writes it (issue 31) -----------------------------
+
+SCHEDULER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-scheduler"
+TENANT = "system:serviceaccount:ml:trainer"
+KUBELET = "system:node:n1"
+HAMI_SCHEDULER = "system:serviceaccount:kube-system:hami-scheduler"
+RECORD = '{"node":"n1","containers":[]}'
+
+
+def record_policy(values=None) -> dict:
+    return one(render(values), "ValidatingAdmissionPolicy", f"{RELEASE}-xpushare-allocation-record")
+
+
+def bound_pod(annotations=None, labels=None) -> dict:
+    obj = pod(annotations=annotations or {})
+    obj["metadata"]["labels"] = dict(labels or {})
+    obj["spec"]["nodeName"] = "n1"
+    return obj
+
+
+def changed(obj: dict, annotations: dict[str, str | None]) -> dict:
+    """*obj* with *annotations* set (None: removed)."""
+    new = copy.deepcopy(obj)
+    for key, value in annotations.items():
+        if value is None:
+            new["metadata"]["annotations"].pop(key, None)
+        else:
+            new["metadata"]["annotations"][key] = value
+    return new
+
+
+def binding(annotations=None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p", "annotations": dict(annotations or {})},
+        "target": {"kind": "Node", "name": "n1"},
+    }
+
+
+def record_admit(old, new, user, operation="UPDATE", values=None) -> list[str]:
+    return admit(record_policy(values), old, new, request(user, None, operation))
+
+
+def test_the_record_policy_is_on_by_default_and_guards_the_codec_keys():
+    from xpushare.codec import ASSIGNMENT_KEY, FENCED_KEY, HAMI_KEYS, hami_keys
+
+    policy = record_policy()
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert {"pods", "pods/status", "pods/binding", "bindings"} <= set(rules[0]["resources"])
+    binding_ = one(render(), "ValidatingAdmissionPolicyBinding", policy["metadata"]["name"])
+    assert binding_["spec"]["validationActions"] == ["Deny"]
+    keys = [ASSIGNMENT_KEY, FENCED_KEY, "hami.io/vgpu-node"]
+    keys += [k.allocated for k in HAMI_KEYS.values()]
+    keys += [
+        hami_keys("ascend", "Ascend910B3").allocated,
+        hami_keys("iluvatar", "MR-V100").allocated,
+    ]
+    for key in keys:
+        assert record_admit(bound_pod(), bound_pod({key: "x"}), TENANT), key
+    off = render({"scheduler": {"allocationPolicy": {"enabled": False}}})
+    assert [p["metadata"]["name"] for p in find(off, "ValidatingAdmissionPolicy")] == [
+        f"{RELEASE}-xpushare-node-agent-scope"
+    ]
+
+
+def test_the_scheduler_binds_and_fences_with_its_record():
+    pending = pod()
+    assert (
+        record_admit(None, binding({"xpushare.io/assignment": RECORD}), SCHEDULER, "CREATE") == []
+    )
+    bound = bound_pod({"xpushare.io/assignment": RECORD})
+    assert record_admit(bound, changed(bound, {"xpushare.io/fenced-by-term": "3"}), SCHEDULER) == []
+    assert record_admit(pending, pending, SCHEDULER) == []
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"xpushare.io/assignment": None},
+        {"xpushare.io/assignment": '{"node":"n1","containers":[{"forged":1}]}'},
+        {"xpushare.io/fenced-by-term": "99"},
+        {"hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,40000,100:;"},
+    ],
+    ids=["remove", "rewrite", "fence", "add-hami"],
+)
+def test_a_tenant_may_not_touch_the_record_of_a_bound_pod(edit):
+    bound = bound_pod({"xpushare.io/assignment": RECORD, "team": "ml"})
+    (message,) = record_admit(bound, changed(bound, edit), TENANT)
+    assert "may not set, change or remove" in message
+
+
+def test_a_tenant_may_not_add_a_record_to_a_pod_the_default_scheduler_bound():
+    plain = bound_pod()
+    assert record_admit(plain, changed(plain, {"xpushare.io/assignment": RECORD}), TENANT)
+    hami = changed(
+        plain, {"hami.io/vgpu-node": "n1", "hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,1,1:;"}
+    )
+    assert record_admit(plain, hami, TENANT)
+    ascend = changed(plain, {"hami.io/Ascend910B3-devices-allocated": "x"})
+    assert record_admit(plain, ascend, TENANT)
+
+
+def test_a_tenant_may_change_everything_else():
+    bound = bound_pod({"xpushare.io/assignment": RECORD, "team": "ml"}, {"app": "a"})
+    relabelled = copy.deepcopy(bound)
+    relabelled["metadata"]["labels"]["app"] = "b"
+    assert record_admit(bound, relabelled, TENANT) == []
+    # Request hints (ours and HAMi's) and what HAMi's device plugin rewrites at Allocate.
+    hinted = changed(
+        bound,
+        {
+            "team": None,
+            "xpushare.io/use-model": "A100",
+            "hami.io/node-scheduler-policy": "spread",
+            "hami.io/vgpu-devices-to-allocate": ";",
+            "hami.io/bind-phase": "success",
+        },
+    )
+    assert record_admit(bound, hinted, TENANT) == []
+    # kubelet's status update carries the record unchanged.
+    assert record_admit(bound, bound, KUBELET) == []
+
+
+def test_a_new_pod_or_binding_with_a_record_is_refused_unless_the_scheduler_sends_it():
+    """The webhook removes a copied assignment before this policy sees the pod; where the
+    webhook is skipped (ignore label, excluded namespace) the policy refuses it."""
+    copied = pod(annotations={"xpushare.io/assignment": RECORD})
+    assert record_admit(None, copied, TENANT, "CREATE")
+    assert (
+        record_admit(None, pod(annotations={"xpushare.io/use-model": "A100"}), TENANT, "CREATE")
+        == []
+    )
+    assert record_admit(None, binding({"xpushare.io/assignment": RECORD}), TENANT, "CREATE")
+    assert record_admit(None, binding(), "system:kube-scheduler", "CREATE") == []
+
+
+def test_hamis_scheduler_writes_its_keys_when_the_operator_allows_it():
+    values = {"scheduler": {"allocationPolicy": {"allowedUsers": [HAMI_SCHEDULER]}}}
+    plain = bound_pod()
+    hami = changed(
+        plain, {"hami.io/vgpu-node": "n1", "hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,1,1:;"}
+    )
+    assert record_admit(plain, hami, HAMI_SCHEDULER) != []
+    assert record_admit(plain, hami, HAMI_SCHEDULER, values=values) == []
+    assert record_admit(
+        plain, changed(plain, {"xpushare.io/assignment": RECORD}), TENANT, values=values
+    )

@@ -341,17 +341,42 @@ def test_scheduler_runs_unprivileged_and_only_the_leader_is_ready():
 def test_optional_objects_appear_only_when_asked_for():
     defaults = rendered("defaults")
     everything = rendered("everything")
-    for kind in (
-        "ServiceMonitor",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ):
-        assert find(defaults, kind) == []
-        assert find(everything, kind)
+    assert find(defaults, "ServiceMonitor") == []
+    assert find(everything, "ServiceMonitor")
     dashboards = [
         c for c in find(everything, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")
     ]
     assert dashboards and dashboards[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
-    policy = one(everything, "ValidatingAdmissionPolicy")
+    policy = one(everything, "ValidatingAdmissionPolicy", f"{RELEASE}-xpushare-node-agent-scope")
     condition = policy["spec"]["matchConditions"][0]["expression"]
     assert f"system:serviceaccount:{NAMESPACE}:{RELEASE}-xpushare-node" in condition
+
+
+POLICIES = (f"{RELEASE}-xpushare-node-agent-scope", f"{RELEASE}-xpushare-allocation-record")
+
+
+def test_both_admission_policies_are_on_by_default_and_each_can_be_turned_off():
+    """The node-scoped policy is "auto": on where the cluster is 1.32+ (the offline render's
+    Kubernetes is newer), where the agent's token names its node by default."""
+    defaults = rendered("defaults")
+    for name in POLICIES:
+        one(defaults, "ValidatingAdmissionPolicy", name)
+        binding = one(defaults, "ValidatingAdmissionPolicyBinding", name)
+        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    off = render(
+        {
+            "nodeAgent": {"nodeScopedPolicy": {"enabled": False}},
+            "scheduler": {"allocationPolicy": {"enabled": False}},
+        }
+    )
+    assert find(off, "ValidatingAdmissionPolicy") == []
+    assert find(off, "ValidatingAdmissionPolicyBinding") == []
+
+
+@pytest.mark.parametrize("kube_version", ["v1.30.0", "v1.31.5", "v1.32.0"])
+def test_the_defaults_install_on_every_supported_kubernetes(kube_version):
+    helm_python = helm()
+    report = helm_python.lint(
+        str(CHART), None, strict=True, namespace=NAMESPACE, kube_version=kube_version
+    )
+    assert [m for m in report["messages"] if m["severity"] >= 2] + report["errors"] == []

@@ -126,3 +126,31 @@ def test_hami_compatibility_values_reach_the_scheduler_and_the_agents(tmp_path):
         assert ctx.params["hami_metrics"] is True
     # Off by default.
     assert not load_config(environ={}).metrics.hami_names
+
+
+def test_the_chart_refuses_a_web_view_off_loopback_without_a_token(tmp_path):
+    """Defect 8: the scheduler would refuse to start; the chart says so at install."""
+    from chartkit import helm
+
+    helm_python = helm()
+    for host in ("0.0.0.0", "10.0.0.7", "::"):
+        values = {"scheduler": {"web": {"enabled": True, "host": host}}}
+        with pytest.raises(helm_python.HelmError, match=r"scheduler\.web\.auth\.mode=token"):
+            render(values)
+    values = {
+        "scheduler": {
+            "web": {
+                "enabled": True,
+                "host": "0.0.0.0",
+                "auth": {"mode": "token"},
+                "allowedHosts": ["gpus.example.org"],
+            }
+        }
+    }
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(yaml.safe_dump(config_file(render(values), "scheduler.yaml")))
+    config = load_config(path, environ={})
+    assert config.web.host == "0.0.0.0"
+    assert config.web.allowed_hosts == ("gpus.example.org",)
+    for host in ("localhost", "127.0.0.1", "::1"):
+        render({"scheduler": {"web": {"enabled": True, "host": host}}})

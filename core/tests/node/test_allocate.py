@@ -264,3 +264,20 @@ async def test_well_formed_ids_that_are_not_ours_are_invalid(plugin_dir):
                 await run.kubelet.allocate(RESOURCE, [kid])
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, kid
             assert kid[:20] in info.value.details()
+
+
+async def test_an_allocate_of_a_huge_id_list_is_refused_with_a_short_message(plugin_dir):
+    """Defect 9: the error quoted every ID (about 1 MB for 100,000), over gRPC's metadata
+    limit, so kubelet saw RESOURCE_EXHAUSTED "Stream removed" instead of the reason."""
+    from xpushare.node.grpcerrors import MAX_STATUS_CHARS
+
+    ids = [f"NOT-OURS-{i:06d}::0" for i in range(100_000)]
+    async with running(plugin_dir) as run:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await run.kubelet.allocate(RESOURCE, ids)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = info.value.details()
+        assert len(details) <= MAX_STATUS_CHARS
+        assert "100000 in all" in details and "'NOT-OURS-000000::0'" in details
+        assert "NOT-OURS-099999" not in details
+        assert NODE in details and "not a device this" in details

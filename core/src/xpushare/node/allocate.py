@@ -54,6 +54,7 @@ from xpushare.models import (
 )
 from xpushare.native import LibraryThreadStuck, NativeCallTimeout, NativeError
 from xpushare.node.devices import physical_id
+from xpushare.node.grpcerrors import summarize
 from xpushare.node.kube import KubeConflict, KubeError
 from xpushare.node.ledger import LedgerError, pod_key
 
@@ -186,7 +187,7 @@ class Allocator:
         self, vendor: str, resource: str, kubelet_ids: Sequence[str]
     ) -> ContainerAllocation:
         """One container's allocation of *vendor*'s devices named by *kubelet_ids*."""
-        what = f"Allocate of {resource} {sorted(kubelet_ids)} on node {self.node}"
+        what = f"Allocate of {resource} {summarize(sorted(kubelet_ids))} on node {self.node}"
         deadline = asyncio.get_running_loop().time() + self.deadline_s
         try:
             async with asyncio.timeout_at(deadline):
@@ -376,10 +377,10 @@ class Allocator:
         )
         raise AllocateError(
             Status.PRECONDITION,
-            f"{what}: kubelet picked devices {sorted(wanted)} for pod {pending.pod}, but its "
-            f"assignment gives {expected}. kubelet did not follow GetPreferredAllocation "
-            "(another plugin or a stale checkpoint holds those shares?); delete the pod so "
-            "it is placed again",
+            f"{what}: kubelet picked devices {summarize(sorted(wanted))} for pod "
+            f"{pending.pod}, but its assignment gives {expected}. kubelet did not follow "
+            "GetPreferredAllocation (another plugin or a stale checkpoint holds those "
+            "shares?); delete the pod so it is placed again",
         )
 
     # -- GetPreferredAllocation ---------------------------------------------------------------

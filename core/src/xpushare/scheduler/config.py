@@ -11,6 +11,7 @@ Environment variables name a setting by its path with ``__`` between the parts, 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -219,6 +220,40 @@ class WebConfig(_Section):
     #: ``xpushare fit`` explanation, about 50 us).
     explain_nodes: int = Field(default=3, ge=1, le=50)
     auth: WebAuthConfig = WebAuthConfig()
+    #: Host names (besides loopback names, IP addresses and ``host``) a request may name in
+    #: its Host header: the names you reach the view by through an ingress or a Service. Any
+    #: other name is answered 421, which stops DNS rebinding into a port-forward
+    #: (scheduler/web/hostcheck.py).
+    allowed_hosts: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> WebConfig:
+        # Without the token check the view trusts whoever reaches its port: only loopback,
+        # reached through kubectl port-forward (which RBAC guards), is safe for that.
+        if self.enabled and self.auth.mode != "token" and not is_loopback_host(self.host):
+            raise ValueError(
+                f"web.host is {self.host or 'every address'!r} (--web-host), not a loopback "
+                f"address, and web.auth.mode is {self.auth.mode!r}: anyone who reaches it "
+                "could read every pod, namespace and node of the fleet. Set web.auth.mode to "
+                "'token' (chart: scheduler.web.auth.mode=token; docs/web-view.md, 'Access'), "
+                "or keep web.host on 127.0.0.1 and reach the view with kubectl port-forward"
+            )
+        return self
+
+
+#: Names that resolve to the loopback interface by definition (RFC 6761 §6.3: localhost).
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a listen address or a Host name stays on this machine (127/8, ::1, localhost)."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 class MetricsConfig(_Section):

@@ -17,6 +17,7 @@ import grpc
 
 from xpushare.node.allocate import AllocateError, Status
 from xpushare.node.deviceplugin.proto import pb, pb_grpc
+from xpushare.node.grpcerrors import status_message
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -151,7 +152,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
         except AllocateError as exc:
             self._observe("allocate", exc.status.value, time.perf_counter() - start)
             log.warning("%s", exc)
-            await context.abort(_CODES[exc.status], str(exc))
+            await context.abort(_CODES[exc.status], status_message(str(exc)))
         self._observe("allocate", "ok", time.perf_counter() - start)
         return response
 

@@ -33,6 +33,7 @@ from xpushare.node._proto import pluginregistration_v1_pb2 as _reg
 from xpushare.node._proto import pluginregistration_v1_pb2_grpc as _reg_grpc
 from xpushare.node.deviceplugin.generation import MAX_SOCKET_PATH, RETIRE_GRACE_S
 from xpushare.node.dra.prepare import ClaimRef, PrepareError
+from xpushare.node.grpcerrors import status_message
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -87,7 +88,7 @@ class DraService(dra_grpc.DRAPluginServicer):  # type: ignore[misc]
                 devices = await self.preparer.prepare(ref)
             except PrepareError as exc:
                 log.warning("%s", exc)
-                response.claims[ref.uid].error = str(exc)
+                response.claims[ref.uid].error = status_message(str(exc))
                 continue
             entry = response.claims[ref.uid]
             entry.SetInParent()  # an entry even when the claim has no devices of ours
@@ -107,7 +108,7 @@ class DraService(dra_grpc.DRAPluginServicer):  # type: ignore[misc]
                 await self.preparer.unprepare(ref)
             except PrepareError as exc:
                 log.warning("%s", exc)
-                response.claims[ref.uid].error = str(exc)
+                response.claims[ref.uid].error = status_message(str(exc))
                 continue
             response.claims[ref.uid].SetInParent()
         return response

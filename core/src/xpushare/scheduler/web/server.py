@@ -32,6 +32,7 @@ from xpushare.scheduler.web.details import (
 )
 from xpushare.scheduler.web.explain import BadPod, Explainer
 from xpushare.scheduler.web.fleet import FilterError, FleetFilter, FleetView
+from xpushare.scheduler.web.hostcheck import host_middleware
 from xpushare.scheduler.web.live import LiveUnavailable, LiveUsage
 from xpushare.scheduler.web.openapi import document
 
@@ -165,7 +166,9 @@ class WebView:
         return handle
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_WHATIF_BYTES + 1)
+        app = web.Application(
+            client_max_size=MAX_WHATIF_BYTES + 1, middlewares=[host_middleware(self.config)]
+        )
         app.router.add_get("/", self._file("index.html"))
         for name in STATIC:
             app.router.add_get(f"/static/{name}", self._file(name))
