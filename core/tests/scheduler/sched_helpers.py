@@ -99,7 +99,12 @@ class Running:
 
 
 async def start_scheduler(
-    api: FakeApiServer, *, leader: bool = False, sync: bool = True, **overrides: Any
+    api: FakeApiServer,
+    *,
+    leader: bool = False,
+    sync: bool = True,
+    server: str | None = None,
+    **overrides: Any,
 ) -> Running:
     settings: dict[str, Any] = {
         "server.host": "127.0.0.1",
@@ -112,7 +117,7 @@ async def start_scheduler(
     settings.update(overrides)
     config = load_config(environ={}, overrides=settings)
     kube = await Kube.connect(
-        KubeSettings(server=api.url, request_timeout_s=config.kube.request_timeout_s)
+        KubeSettings(server=server or api.url, request_timeout_s=config.kube.request_timeout_s)
     )
     scheduler = Scheduler(config, host=mock_host(), kube=kube, freeze_gc=False)
     await scheduler.start()

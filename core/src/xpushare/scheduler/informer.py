@@ -77,6 +77,9 @@ class Informer:
         #: Since when lists and watches have failed without a success (None: working).
         self.failing_since: float | None = None
 
+    def _opened(self) -> None:
+        self.failing_since = None
+
     @property
     def healthy(self) -> bool:
         """False once the list or watch has failed for longer than ``stale_after_s``."""
@@ -108,7 +111,9 @@ class Informer:
                     self.synced.set()
                     need_list = False
                     self.failing_since = None
-                stream = self.kube.watch(self.resource, self.version, self.watch_timeout_s)
+                stream = self.kube.watch(
+                    self.resource, self.version, self.watch_timeout_s, self._opened
+                )
                 self.watches += 1
                 async for event in stream:
                     self.failing_since = None

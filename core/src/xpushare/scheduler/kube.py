@@ -23,7 +23,7 @@ import builtins
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -93,8 +93,10 @@ MAX_EVENT_BYTES = 4 * 1024 * 1024
 async def _events(content: Any, what: str) -> AsyncIterator[Object]:
     """The JSON lines of a watch stream, read in chunks.
 
-    Not ``readline()``: aiohttp refuses a line longer than its buffer (128 KiB) with a
-    ``ValueError``, so one large pod would stop the watch at the same event forever. Every
+    Not ``readline()``: its longest line is twice the client's read buffer, a setting of
+    the client library rather than ours, and a longer line raises a ``ValueError`` at the
+    same event on every retry (the watch would never pass that pod). Here the bound is
+    ours (:data:`MAX_EVENT_BYTES`, above any object the API server stores). Every
     failure of the stream (cut mid-event, closed without its last chunk, a line that is not
     an event) is raised as a :class:`KubeError` with status 0, which the informer retries
     from the last complete event it applied.
@@ -300,11 +302,17 @@ class Kube:
                 return items, str(meta.get("resourceVersion") or "")
 
     async def watch(
-        self, resource: Resource, resource_version: str, timeout_s: int
+        self,
+        resource: Resource,
+        resource_version: str,
+        timeout_s: int,
+        opened: Callable[[], None] | None = None,
     ) -> AsyncIterator[Object]:
         """Watch events after *resource_version* until the server ends the stream.
 
         An ``ERROR`` event is raised as the KubeError it carries (``Gone`` for 410).
+        *opened* is called once the server has accepted the watch (before any event: a
+        quiet cluster sends none for minutes).
         """
         what = f"watch {resource}"
         try:
@@ -320,6 +328,8 @@ class Kube:
         try:
             if response.status >= 300:
                 raise _error(response.status, await response.read(), what)
+            if opened is not None:
+                opened()
             async for event in _events(response.content, what):
                 if event.get("type") == "ERROR":
                     obj = event.get("object") or {}

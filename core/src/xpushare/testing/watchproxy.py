@@ -35,6 +35,10 @@ from typing import Any
 #: A request line of a watch: ``GET /api/v1/pods?...watch=true...`` (or a namespaced path).
 _REQUEST = re.compile(rb"^(?P<method>[A-Z]+) (?P<path>\S+) HTTP/1\.[01]\r$", re.MULTILINE)
 _PLURAL = re.compile(r"/(?P<plural>[a-z]+)(?:\?|$)")
+#: How long the first half of a cut event is left for the client to read before the reset.
+CUT_READ_S = 0.05
+#: The end of a watch event's line and of the chunk that carries it.
+_EVENT_END = b"\n\r\n"
 
 
 @dataclass
@@ -47,7 +51,7 @@ class _Rule:
     released: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Link:
     """One client connection and what it carries now."""
 
@@ -201,7 +205,7 @@ class WatchProxy:
                 continue
             rule = self._rule(link.resource)
             await rule.released.wait()
-            if rule.cut and b"\n" in data:
+            if rule.cut and _EVENT_END in data:
                 await self._cut(link, rule, data)
                 return
             if rule.drip_s > 0:
@@ -217,24 +221,28 @@ class WatchProxy:
                 return
 
     async def _cut(self, link: _Link, rule: _Rule, data: bytes) -> None:
-        """Forward part of *data* (which holds the end of an event line) and close."""
+        """Forward part of *data* (which holds the end of an event's chunk) and close."""
         mode, rule.cut = rule.cut, ""
-        newline = data.index(b"\n")
+        # An event is one JSON line in one chunk: "<size>\r\n{...}\n\r\n" (JSON escapes
+        # its own line breaks, so the last CRLF before the line's end closes the size).
+        end = data.index(_EVENT_END)
+        start = data.rfind(b"\r\n", 0, end)
+        start = start + 2 if start >= 0 else 0
         if mode == "mid":
             # Half of the event's bytes: the client holds a line with no end.
-            start = data.rfind(b"\r\n", 0, newline)
-            start = start + 2 if start >= 0 else 0
-            keep = data[: start + max(1, (newline - start) // 2)]
+            keep = data[: start + max(1, (end - start) // 2)]
         else:
             # The whole event and its chunk's end, but never the stream's last chunk.
-            end = data.find(b"\r\n", newline)
-            keep = data[: end + 2] if end >= 0 else data[: newline + 1]
+            keep = data[: end + len(_EVENT_END)]
         self.cuts[link.resource] = self.cuts.get(link.resource, 0) + 1
         link.client.write(keep)
         with contextlib.suppress(ConnectionError):
             await link.client.drain()
         if mode == "mid":
             # A reset rather than a polite close: what a crash or a load balancer leaves.
+            # Only once the half event has been read: Linux drops unread data on a reset,
+            # and a stream reset at a chunk's boundary reads as a clean end.
+            await asyncio.sleep(CUT_READ_S)
             sock = link.client.transport.get_extra_info("socket")
             if sock is not None:
                 with contextlib.suppress(OSError):
