@@ -58,6 +58,7 @@ from xpushare.scheduler.httpserver import (
 from xpushare.scheduler.informer import Handlers, Informer
 from xpushare.scheduler.kube import Kube
 from xpushare.scheduler.leader import LeaderElector
+from xpushare.scheduler.looplag import watch_lag
 from xpushare.scheduler.metrics import (
     SchedulerMetrics,
     ledger_rows,
@@ -547,6 +548,7 @@ class Scheduler:
             self._tasks.append(
                 asyncio.create_task(informer.run(), name=f"watch-{informer.resource}")
             )
+        self._tasks.append(asyncio.create_task(watch_lag(self.metrics.loop_lag), name="loop-lag"))
         if self.worker:
             return  # it writes nothing: no events, no Lease, no repairs
         self.events.start()
