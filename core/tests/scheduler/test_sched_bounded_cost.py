@@ -140,5 +140,5 @@ async def test_a_large_filter_gives_the_loop_back_between_slices(api, sched, htt
         probes += 1
     result = await task
     assert result["NodeNames"] == [] and len(result["FailedNodes"]) == len(names)
-    # 4,096 units of work a slice: 256 demands x 2,000 nodes are 125 slices.
+    # 1,024 units of work a slice: 256 demands x 2,000 nodes are 500 slices.
     assert probes >= 10, probes

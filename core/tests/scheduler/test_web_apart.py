@@ -108,7 +108,7 @@ async def test_filters_are_answered_while_a_whatif_is_worked_out(api, scheduler_
     policy = sched.scheduler.placer.policy
     seen = policy.learnt.seen
     # A what-if at the container bound, every container a demand of its own kind, against
-    # 2,000 nodes: 125 slices of work on the scheduler's loop.
+    # 2,000 nodes: 500 slices of work on the scheduler's loop.
     wide = gpu_pod("wide", gpu="1")
     first = wide["spec"]["containers"][0]
     wide["spec"]["containers"] = [{**copy.deepcopy(first), "name": f"c{i}"} for i in range(256)]

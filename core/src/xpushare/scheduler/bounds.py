@@ -34,10 +34,12 @@ MAX_CANDIDATE_NODES = 10_000
 #: changing visibly, and a tenth of the 0.5 s a probe's answer may take.
 LOOP_BUDGET_S = 0.05
 #: Units of work (a device demand checked against one node) done between two yields of a
-#: sliced request. A demand on a node in a state not met before walks the node's devices,
-#: 0.5-2 µs each (fit_pod, 8-16 devices), so 4,096 units are at most a few milliseconds a
-#: slice when every node is in its own state, well within :data:`LOOP_BUDGET_S`.
-SLICE_WORK = 4_096
+#: sliced request. A demand on a node met for the first time walks the node's devices (the
+#: fit, then the never-fits test of scheduler/extender.py: 2-4 µs a demand on 8 devices), so
+#: 1,024 units are a few milliseconds a slice even when every node is in its own state: a
+#: pod at :data:`MAX_POD_CONTAINERS`, each container a demand of its own kind, took 17-51 ms
+#: a slice at 4,096 (bench_looplag's what-if), 3-8 ms at 1,024.
+SLICE_WORK = 1_024
 
 
 def pod_too_large(obj: Any, who: str = "") -> str | None:
