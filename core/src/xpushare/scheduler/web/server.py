@@ -4,6 +4,10 @@ The page and its script are files of this package (``static/``), read once at st
 nothing fetched at run time, and a Content-Security-Policy that lets the page load nothing
 but itself. Every API call is checked by :class:`TokenChecker` first (which lets everyone
 in when ``web.auth.mode`` is ``none``: the listener is on localhost then).
+
+The handlers run on the web view's own loop and thread (``scheduler/loopthread.py``); every
+read of the scheduler's state, and every API call, goes to the scheduler's loop through
+:class:`~xpushare.scheduler.web.bridge.SchedulerLoop`, in calls of bounded cost.
 """
 
 from __future__ import annotations
