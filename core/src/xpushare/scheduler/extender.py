@@ -38,7 +38,7 @@ from xpushare.placement import FilterResult, NoFit, Placer
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler.bounds import heavy, pod_too_large, slices, too_many_candidates
 from xpushare.scheduler.events import EventRecorder, ObjectRef
-from xpushare.scheduler.feasible import Feasibility, FeasibilityChecker
+from xpushare.scheduler.feasible import FeasibilityChecker
 from xpushare.scheduler.handoff import Fenced, HandoffAborted, HandoffManager, HandoffTimeout
 from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
 
@@ -550,7 +550,7 @@ class Extender:
         rid = self.feasibility.key_of(request)
         distinct = distinct_demands(request)
         fits: list[str] = []
-        refused = Feasibility()
+        refusals: list[dict[str, str]] = []  # each slice's, for the event (no copy a call)
         tally: dict[str, int] = {}
         quota = 0
         for part in slices(names, len(request.demands)) if sliced else (names,):
@@ -576,7 +576,7 @@ class Extender:
                 label = reason.name.lower() if isinstance(reason, FitReason) else "other"
                 tally[label] = tally.get(label, 0) + 1
             fits.extend(result.fits)
-            refused.failed.update(result.failed)
+            refusals.append(result.failed)
             if sliced:
                 yield
         if quota:
@@ -592,7 +592,9 @@ class Extender:
                 "Warning",
                 "NoDeviceFit",
                 f"no node has the devices this pod asks for ({request.describe()}): "
-                + FilterResult(fits=fits, failed=refused.failed).explain(),
+                + FilterResult(
+                    fits=fits, failed={k: v for part in refusals for k, v in part.items()}
+                ).explain(),
             )
         return fits
 
