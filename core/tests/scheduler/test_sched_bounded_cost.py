@@ -142,3 +142,20 @@ async def test_a_large_filter_gives_the_loop_back_between_slices(api, sched, htt
     assert result["NodeNames"] == [] and len(result["FailedNodes"]) == len(names)
     # 1,024 units of work a slice: 256 demands x 2,000 nodes are 500 slices.
     assert probes >= 10, probes
+
+
+async def test_the_loop_lag_is_exported(sched, http):
+    """The scheduler samples its own loop's lag (looplag.py) into a histogram on /metrics."""
+    count = 0.0
+    while count < 3:  # a sample every 20 ms; the test's own timeout bounds the wait
+        async with http.get(f"{sched.metrics_url}/metrics") as r:
+            text = await r.text()
+        found = [
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("xpushare_scheduler_loop_lag_seconds_count")
+        ]
+        assert found, "no xpushare_scheduler_loop_lag_seconds histogram"
+        count = found[0]
+        await asyncio.sleep(0.02)
+    assert 'xpushare_scheduler_loop_lag_seconds_bucket{le="0.05"}' in text
