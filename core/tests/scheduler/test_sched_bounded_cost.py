@@ -148,7 +148,7 @@ async def test_the_loop_lag_is_exported(sched, http):
     """The scheduler samples its own loop's lag (looplag.py) into a histogram on /metrics."""
     count = 0.0
     while count < 3:  # a sample every 20 ms; the test's own timeout bounds the wait
-        async with http.get(f"{sched.metrics_url}/metrics") as r:
+        async with http.get(f"{sched.url}/metrics") as r:
             text = await r.text()
         found = [
             float(line.split()[-1])
