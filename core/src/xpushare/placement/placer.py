@@ -831,6 +831,18 @@ class Placer:
                 for s in states
             ]
 
+    def warm(self, request: PodRequest, names: list[str]) -> None:
+        """Work out and remember the verdicts of *names* (those not remembered yet).
+
+        For a caller that asks about many nodes in slices, giving the event loop back in
+        between (the scheduler's extender, scheduler/bounds.py): its last call over every
+        node then reads verdicts remembered, and works out only the nodes changed since.
+        """
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            other.warm(request, names)
+            return
+        self._verdicts(request, names)
+
     def warm_verdicts(self, request: PodRequest, names: list[str]) -> list[Verdict] | None:
         """Each of *names*' verdict, when at most :data:`WARM_FILL` of them lack one
         (``None`` otherwise: ask :class:`~xpushare.scheduler.feasible.FeasibilityChecker`).

@@ -58,6 +58,8 @@ from xpushare.scheduler.httpserver import (
 from xpushare.scheduler.informer import Handlers, Informer
 from xpushare.scheduler.kube import Kube
 from xpushare.scheduler.leader import LeaderElector
+from xpushare.scheduler.looplag import watch_lag
+from xpushare.scheduler.loopthread import LoopThread
 from xpushare.scheduler.metrics import (
     SchedulerMetrics,
     ledger_rows,
@@ -304,6 +306,9 @@ class Scheduler:
         self.freeze_gc = freeze_gc
         self._tasks: list[asyncio.Task[Any]] = []
         self._runners: list[web.AppRunner] = []
+        #: The web view's loop and thread, and its listener (loopthread.py).
+        self._web_thread: LoopThread | None = None
+        self._web_runners: list[web.AppRunner] = []
         self._servers: list[HttpServer] = []
         #: Each JSON verb's request-time histogram (``_route``).
         self._timers: dict[str, Any] = {}
@@ -601,6 +606,7 @@ class Scheduler:
             self._tasks.append(
                 asyncio.create_task(informer.run(), name=f"watch-{informer.resource}")
             )
+        self._tasks.append(asyncio.create_task(watch_lag(self.metrics.loop_lag), name="loop-lag"))
         if self.worker:
             return  # it writes nothing: no events, no Lease, no repairs
         self.events.start()
@@ -653,10 +659,21 @@ class Scheduler:
                 "metrics", self.routes(probes_only=True), server.host, server.metrics_port, None
             )
         if self.web is not None:
-            # Its own port, plain HTTP, localhost by default (docs/web-view.md).
+            # Its own port, plain HTTP, localhost by default (docs/web-view.md), served by a
+            # loop of its own in a thread of its own (loopthread.py): no web client delays a
+            # decision; what it reads of the state it asks this loop for (web/bridge.py).
             web_config = self.config.web
-            self.ports["web"] = await self._listen(
-                "web", self.web.app(), web_config.host, web_config.port, None
+            self.web.main.loop = asyncio.get_running_loop()
+            self._web_thread = LoopThread("xpushare-web")
+            self.ports["web"] = await self._web_thread.run(
+                self._listen(
+                    "web",
+                    self.web.app(),
+                    web_config.host,
+                    web_config.port,
+                    None,
+                    runners=self._web_runners,
+                )
             )
         if self.workers is not None:
             self.ports["filter"] = await self.workers.start()
@@ -718,8 +735,11 @@ class Scheduler:
         host: str,
         port: int,
         context: ssl.SSLContext | None,
+        *,
+        runners: list[web.AppRunner] | None = None,
     ) -> int:
-        """A listener of an aiohttp application (the web view)."""
+        """A listener of an aiohttp application (the web view), on the running loop; its
+        runner is kept in *runners* (default: this loop's)."""
         server = self.config.server
         guard = self._guard(name)
         app.middlewares.append(guard.middleware)
@@ -737,7 +757,7 @@ class Scheduler:
         await runner.setup()
         site = GuardedSite(runner, host, port, guard, ssl_context=context)
         await site.start()
-        self._runners.append(runner)
+        (self._runners if runners is None else runners).append(runner)
         return site.port
 
     async def _repair_loop(self) -> None:
@@ -782,6 +802,12 @@ class Scheduler:
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()
+        if self._web_thread is not None:
+            for runner in self._web_runners:
+                await self._web_thread.run(runner.cleanup())
+            self._web_runners.clear()
+            await self._web_thread.stop()
+            self._web_thread = None
 
     async def run_forever(self) -> None:
         await self.start()

@@ -24,10 +24,10 @@ import asyncio
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass, replace
 from itertools import compress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -36,6 +36,7 @@ from xpushare.errors import CodecError, PluginError
 from xpushare.models import FitReason, PodAssignment, PodRef, PodView
 from xpushare.placement import FilterResult, NoFit, Placer
 from xpushare.scheduler import objects as ob
+from xpushare.scheduler.bounds import heavy, pod_too_large, slices, too_many_candidates
 from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.feasible import FeasibilityChecker
 from xpushare.scheduler.handoff import Fenced, HandoffAborted, HandoffManager, HandoffTimeout
@@ -47,8 +48,12 @@ if TYPE_CHECKING:
     from xpushare.scheduler.drabook import ClaimBook
     from xpushare.scheduler.metrics import SchedulerMetrics
     from xpushare.scheduling import NodeState, PodRequest
+    from xpushare.scheduling.request import Demand
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 #: kube-scheduler's extender score range (MinExtenderPriority..MaxExtenderPriority).
 MAX_EXTENDER_SCORE = 10
@@ -76,26 +81,46 @@ NOT_LEADER = (
 )
 
 
-def never_fits(state: NodeState, request: PodRequest, key: Any = None) -> bool:
+def distinct_demands(request: PodRequest) -> tuple[Demand, ...]:
+    """*request*'s demands, one of each kind (equal ``Demand.key``): what :func:`never_fits`
+    reads of a demand is in its key, so a pod of 200 alike containers is one check a node,
+    not 200 (a pod of 10,000 one-GPU containers spent 16 of its 17 s of ``/filter`` there)."""
+    return tuple({d.key: d for d in request.demands}.values())
+
+
+def never_fits(
+    state: NodeState,
+    request: PodRequest,
+    key: Any = None,
+    demands: tuple[Demand, ...] | None = None,
+) -> bool:
     """Whether *request* could not fit *state* even if every pod left it.
 
     Such a node goes to ``FailedAndUnresolvableNodes``: preemption cannot help there. Only
     what never changes is looked at (devices, their health, model, UUID and memory size), and
-    the answer is kept in the node's memo until the node changes.
+    the answer is kept in the node's memo until the node changes. A caller asking about many
+    nodes passes the request's *key* (its id: hashing the request's own key, a tuple per
+    container, per node cost more than the check) and its :func:`distinct_demands`.
     """
     key = ("xpushare.scheduler.never_fits", request.key if key is None else key)
     hit = state.memo.get(key)
     if hit is not None:
         return bool(hit)
     answer = False
-    for demand in request.demands:
+    for demand in request.demands if demands is None else demands:
         table = state.tables.get(demand.vendor)
         if table is None:
             answer = True
             break
         eligible = 0
         for d in table.devices:
-            if not d.healthy or not demand.model_allowed(d.model_key):
+            if not d.healthy:
+                continue
+            # Inline test first: most demands name no model (a call per device cost half
+            # of a 256-demand pod's never-fits time).
+            if (demand.include_models or demand.exclude_models) and not demand.model_allowed(
+                d.model_key
+            ):
                 continue
             if demand.include_uuids and d.id not in demand.include_uuids:
                 continue
@@ -290,6 +315,26 @@ def _assignment_text(assignment: PodAssignment) -> str:
     return "; ".join(parts)
 
 
+def _run(steps: Generator[None, None, _T]) -> _T:
+    """The value of *steps* run through at once (a request worth one slice)."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+async def _sliced(steps: Generator[None, None, _T], finish: Callable[[_T], _R]) -> _R:
+    """*finish* of the value of *steps*, the event loop given back between two of its
+    slices (``asyncio.sleep(0)``: every ready callback runs before the next slice)."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return finish(done.value)
+        await asyncio.sleep(0)
+
+
 class Extender:
     """The three verbs, over the cluster state and the placement engine."""
 
@@ -366,6 +411,12 @@ class Extender:
             # object (compared whole, in C) has the same view and request, without building
             # the view again (0.1 ms a call in bench_throughput's filter worker).
             return _Parsed(pod, last.view, last.request, last.error)
+        too_large = pod_too_large(pod, f"pod {ob.namespace(pod)}/{ob.name(pod)}")
+        if too_large is not None:
+            # Refused before any container is read (scheduler/bounds.py): the answer names
+            # the limit, and /filter gives it for every node, as for any invalid request.
+            empty = PodView(ref=ob.pod_ref(pod))
+            return _Parsed(pod, empty, None, too_large)
         try:
             view = ob.pod_view(pod)
         except ValueError as exc:
@@ -386,12 +437,18 @@ class Extender:
     def _candidates(args: dict[str, Any]) -> tuple[list[str], list[ob.Object] | None]:
         names = args.get("NodeNames")
         if names is not None:
-            if not isinstance(names, list) or not set(map(type, names)) <= {str}:
+            if not isinstance(names, list):
+                raise BadRequest("NodeNames must be a list of node names")
+            if (why := too_many_candidates(len(names), "NodeNames")) is not None:
+                raise BadRequest(why)
+            if not set(map(type, names)) <= {str}:
                 raise BadRequest("NodeNames must be a list of node names")
             return names, None
         nodes = args.get("Nodes")
         if isinstance(nodes, dict):
             items = nodes.get("items") or []
+            if isinstance(items, list) and (why := too_many_candidates(len(items), "Nodes.items")):
+                raise BadRequest(why)
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
                 raise BadRequest("Nodes.items must be a list of Node objects")
             return [ob.name(i) for i in items], items
@@ -407,9 +464,14 @@ class Extender:
             return None
         return self.claims.request_for(parsed.pod, parsed.view)
 
-    def filter(self, args: Any, *, dra_only: bool = False) -> dict[str, Any]:
+    def filter(
+        self, args: Any, *, dra_only: bool = False
+    ) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
         """``dra_only``: the ``/dra/filter`` route, for pods that name claims only (a
-        second extender entry without managedResources, docs/dra.md); others pass."""
+        second extender entry without managedResources, docs/dra.md); others pass.
+
+        The answer, or for a request worth several slices of work (scheduler/bounds.py) a
+        coroutine that works it out slice by slice (app.py awaits it)."""
         args = _arguments(args, "ExtenderArgs")
         names, items = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
@@ -464,30 +526,64 @@ class Extender:
             self._event(parsed.pod, "Warning", "IsolationRefused", refused)
             return answer([])
         self.remember(parsed.pod)
-        result = self.feasibility.check(request, names, scored=True)
-        if self.cluster.dra_nodes and not _whole_devices(request):
-            self._off_dra_nodes(request, result.fits, unresolvable)
-        over = self._over_quota(request, parsed.view.ref.namespace, result.fits)
-        if over:
-            # The devices fit, the namespace's quota does not: another pod of it may end.
-            result.fits = [n for n in result.fits if n not in over]
-            failed.update(over)
-            self.metrics.failures.labels(verb="filter", reason="quota").inc(len(over))
+        steps = self._filter_steps(parsed, request, names, failed, unresolvable)
+        if heavy(len(names), len(request.demands)):
+            # A pod of many device demands over many nodes: worked out in slices, the loop
+            # given back between them (scheduler/bounds.py), so no other request waits
+            # behind it for more than a slice.
+            return _sliced(steps, answer)
+        return answer(_run(steps))
+
+    def _filter_steps(
+        self,
+        parsed: _Parsed,
+        request: PodRequest,
+        names: list[str],
+        failed: dict[str, str],
+        unresolvable: dict[str, str],
+    ) -> Generator[None, None, list[str]]:
+        """/filter's feasibility over *names*, one slice of them between two ``yield``s
+        (a single slice, the whole list, for the common request); the fitting nodes."""
+        sliced = heavy(len(names), len(request.demands))
+        if sliced:
+            self.placer.observe(request)
+        rid = self.feasibility.key_of(request)
+        distinct = distinct_demands(request)
+        fits: list[str] = []
+        refusals: list[dict[str, str]] = []  # each slice's, for the event (no copy a call)
         tally: dict[str, int] = {}
-        for name, message in result.failed.items():
-            state = self.ledger.node(name)
-            reason = result.reasons.get(name)
-            hopeless = (
-                state is None
-                or reason in UNRESOLVABLE
-                or never_fits(state, request, self.feasibility.key_of(request))
-            )
-            (unresolvable if hopeless else failed)[name] = message
-            label = reason.name.lower() if isinstance(reason, FitReason) else "other"
-            tally[label] = tally.get(label, 0) + 1
+        quota = 0
+        for part in slices(names, len(request.demands)) if sliced else (names,):
+            # Unsliced, /filter's own call: the placer's remembered verdicts may answer.
+            result = self.feasibility.check(request, part, observe=not sliced, scored=not sliced)
+            if self.cluster.dra_nodes and not _whole_devices(request):
+                self._off_dra_nodes(request, result.fits, unresolvable)
+            over = self._over_quota(request, parsed.view.ref.namespace, result.fits)
+            if over:
+                # The devices fit, the namespace's quota does not: another pod of it may end.
+                result.fits = [n for n in result.fits if n not in over]
+                failed.update(over)
+                quota += len(over)
+            for name, message in result.failed.items():
+                state = self.ledger.node(name)
+                reason = result.reasons.get(name)
+                hopeless = (
+                    state is None
+                    or reason in UNRESOLVABLE
+                    or never_fits(state, request, rid, distinct)
+                )
+                (unresolvable if hopeless else failed)[name] = message
+                label = reason.name.lower() if isinstance(reason, FitReason) else "other"
+                tally[label] = tally.get(label, 0) + 1
+            fits.extend(result.fits)
+            refusals.append(result.failed)
+            if sliced:
+                yield
+        if quota:
+            self.metrics.failures.labels(verb="filter", reason="quota").inc(quota)
         for label, n in tally.items():
             self.metrics.failures.labels(verb="filter", reason=label).inc(n)
-        if result.fits:
+        if fits:
             self.metrics.decisions.labels(verb="filter", result="fit").inc()
         else:
             self.metrics.decisions.labels(verb="filter", result="nofit").inc()
@@ -496,9 +592,11 @@ class Extender:
                 "Warning",
                 "NoDeviceFit",
                 f"no node has the devices this pod asks for ({request.describe()}): "
-                + FilterResult(fits=result.fits, failed=result.failed).explain(),
+                + FilterResult(
+                    fits=fits, failed={k: v for part in refusals for k, v in part.items()}
+                ).explain(),
             )
-        return answer(result.fits)
+        return fits
 
     def _off_dra_nodes(
         self, request: PodRequest, fits: list[str], unresolvable: dict[str, str]
@@ -544,8 +642,11 @@ class Extender:
 
     # -- /prioritize -------------------------------------------------------------------------------
 
-    def prioritize(self, args: Any, *, dra_only: bool = False) -> orjson.Fragment:
-        """The HostPriorityList, already encoded (:func:`score_list`)."""
+    def prioritize(
+        self, args: Any, *, dra_only: bool = False
+    ) -> orjson.Fragment | Coroutine[Any, Any, orjson.Fragment]:
+        """The HostPriorityList, already encoded (:func:`score_list`); sliced as /filter is
+        for a request worth several slices of work."""
         args = _arguments(args, "ExtenderArgs")
         names, _ = self._candidates(args)
         parsed = self._parse(args.get("Pod"))
@@ -553,6 +654,19 @@ class Extender:
         self.metrics.decisions.labels(verb="prioritize", result="scored").inc()
         if request is None or not request.wants_devices or self._not_ready():
             return score_list(names, [0] * len(names))
+        if heavy(len(names), len(request.demands)):
+            steps = self._warm_steps(request, names)
+            return _sliced(steps, lambda _: self._scored(request, names))
+        return self._scored(request, names)
+
+    def _warm_steps(self, request: PodRequest, names: list[str]) -> Generator[None, None, None]:
+        """The placer's verdicts of *names* worked out slice by slice, so the scoring that
+        follows reads them all remembered (a node changed between is worked out again)."""
+        for part in slices(names, len(request.demands)):
+            self.placer.warm(request, part)
+            yield
+
+    def _scored(self, request: PodRequest, names: list[str]) -> orjson.Fragment:
         scores = self.placer.prioritize_each(request, names)
         # Scaled once per distinct score (a few dozen), not once per node (500).
         scaled: dict[float | None, int] = {

@@ -28,6 +28,7 @@ from xpushare.placement.placer import vendor_fit_applies
 from xpushare.scheduler.candidates import NO_TABLE, UNKNOWN, VENDOR_FIT, CandidateRows
 from xpushare.scheduling import PodFit, fit_pod, host_reject
 from xpushare.scheduling.fit import HOST_REJECTS
+from xpushare.scheduling.state import cached_signature
 
 if TYPE_CHECKING:
     from xpushare.placement import Placer
@@ -46,6 +47,7 @@ IDS_LIMIT = 8_192
 
 _MEMO = "xpushare.scheduler.feasible"
 _SIGNATURE = "xpushare.scheduler.signature"
+_ORDERED = "xpushare.scheduler.ordered"
 
 Verdict = tuple[bool, str, FitReason | None]
 _FITS: Verdict = (True, "", None)
@@ -95,6 +97,16 @@ def _shareable(request: PodRequest) -> bool:
                 return False
             seen.add(d.vendor)
     return True
+
+
+def _order_shareable(request: PodRequest) -> bool:
+    """Whether the answer depends on the node's devices' states in inventory order alone:
+    :func:`_shareable` but for several app containers of one vendor, which the fit places
+    one after the other, first fit first (so the order matters, and is kept)."""
+    return not any(
+        d.include_uuids or d.exclude_uuids or d.partition is not None or d.mode is not None
+        for d in request.demands
+    )
 
 
 class FeasibilityChecker:
@@ -149,6 +161,21 @@ class FeasibilityChecker:
         self._ids.clear()
         for sids in self._sids.values():
             sids.clear()
+
+    def _ordered_id(self, state: NodeState, vendors: tuple[str, ...]) -> int:
+        """An id standing for *state*'s device tables of *vendors*, each device's state in
+        inventory order; kept in the node's memo, which a change of the node replaces."""
+        key = (_ORDERED, vendors)
+        found: int | None = state.memo.get(key)
+        if found is None:
+            tables = state.tables
+            signature = tuple(
+                tuple(map(cached_signature, t.devices)) if (t := tables.get(v)) else None
+                for v in vendors
+            )
+            found = self._id((_ORDERED, signature))
+            state.remember(key, found)
+        return found
 
     def _fit(self, state: NodeState, request: PodRequest) -> Verdict:
         fit = fit_pod(state, request, None)
@@ -230,6 +257,10 @@ class FeasibilityChecker:
         key = (_MEMO, rid)
         vendors = tuple(sorted(request.vendors))
         shared = self._shared if _shareable(request) else None
+        # A pod of several containers of one vendor: one fit per node state, the devices'
+        # states in inventory order (a pod of 200 containers against 200 alike nodes cost
+        # 200 fits of 200 containers; it costs one).
+        ordered = self._shared if shared is None and _order_shareable(request) else None
         host = bool(request.cpu_milli or request.memory_mib)
         if shared is not None and len(vendors) == 1:
             self._check_by_table(out, request, names, rid, vendors[0], shared)
@@ -266,7 +297,15 @@ class FeasibilityChecker:
             else:
                 verdict = state.memo.get(key)
                 if verdict is None:
-                    verdict = self._fit(state, request)
+                    if ordered is not None:
+                        oid = self._ordered_id(state, vendors)
+                        verdict = local.get(oid)
+                        if verdict is None:
+                            verdict = local[oid] = self._shared_fit(
+                                ordered, rid, oid, state, request
+                            )
+                    else:
+                        verdict = self._fit(state, request)
                     state.remember(key, verdict)
             if verdict[0]:
                 fits.append(name)

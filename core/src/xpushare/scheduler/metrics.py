@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from xpushare.scheduler.hami_metrics import HamiCollector, HamiSnapshot
+from xpushare.scheduler.looplag import LAG_BUCKETS
 from xpushare.scheduling import UsageLedger
 from xpushare.scheduling.quota import QuotaBook
 
@@ -276,6 +277,13 @@ class SchedulerMetrics:
             "Connections the server closed or refused, per listener and reason "
             "(header-timeout, idle-timeout, close-timeout, over-capacity)",
             ["listener", "reason"],
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "xpushare_scheduler_loop_lag_seconds",
+            "How late the event loop ran a timer due every 20 ms: how long a request "
+            "arriving then waited for the loop (scheduler/looplag.py)",
+            buckets=LAG_BUCKETS,
             registry=r,
         )
         self._snapshot = _Snapshot()

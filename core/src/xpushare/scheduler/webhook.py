@@ -48,6 +48,7 @@ from xpushare.models import AdmissionGuard, ContainerRequest, ContainerView, Jso
 from xpushare.placement import policy_registry
 from xpushare.plugins.builtin.defaults import MAX_PERCENT, hami_leniencies
 from xpushare.scheduler import objects as ob
+from xpushare.scheduler.bounds import pod_too_large
 from xpushare.scheduler.podguard import (
     capability_name,
     holds_device,
@@ -191,6 +192,12 @@ class Webhook:
         if not isinstance(pod, dict):
             raise AdmissionDenied("the pod object is missing from the admission request")
         namespace = request.get("namespace") or ob.namespace(pod)
+        # Before any container is read: a pod past the bound costs its length only
+        # (scheduler/bounds.py). Every pod, not only those asking for devices: the isolation
+        # rules below read every container, and skipping them would let a pod through.
+        too_large = pod_too_large(pod, f"pod {namespace}/{ob.name(pod) or '*'}")
+        if too_large is not None:
+            raise AdmissionDenied(too_large)
         try:
             view = ob.pod_view(pod)
         except ValueError as exc:

@@ -1,7 +1,8 @@
 """One node, one pod, a search: the web view's detail answers, from the scheduler's memory.
 
 Everything here reads the usage ledger and the cluster state as they are between two awaits
-of the event loop (nothing is copied or locked); only a pod the scheduler does not count
+of the scheduler's event loop (the web view calls it there: ``web/bridge.py``; nothing is
+copied or locked); only a pod the scheduler does not count
 (Pending, or bound without devices) and the events are read from the API server.
 """
 

@@ -12,6 +12,7 @@ the explanation ``xpushare fit`` prints for that node (:func:`node_fit_json`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +20,13 @@ from xpushare.models import FitReason
 from xpushare.models.fit import node_fit_json
 from xpushare.placement import FilterResult
 from xpushare.scheduler import objects as ob
+from xpushare.scheduler.bounds import heavy, pod_too_large, slices
 from xpushare.scheduler.extender import (
     MAX_EXTENDER_SCORE,
     NOT_LEADER,
     NOT_SYNCED,
     UNRESOLVABLE,
+    distinct_demands,
     never_fits,
 )
 
@@ -66,13 +69,20 @@ class Explainer:
     def _policy(self) -> str:
         return str(getattr(self.placer.policy, "name", type(self.placer.policy).__name__))
 
-    def filter(
+    async def filter(
         self, pod: Any, names: list[str] | None = None
     ) -> tuple[dict[str, Any], PodRequest | None, dict[str, FitReason | None]]:
         """The extender's /filter answer (NodeNames form) for *pod* over *names* (default:
-        every node of the ledger), the parsed request and each refused node's main reason."""
+        every node of the ledger), the parsed request and each refused node's main reason.
+
+        Run on the scheduler's loop (``web/bridge.py``); a pod of many demands over many
+        nodes is worked out in slices as the extender's /filter is (scheduler/bounds.py),
+        the loop given back between them."""
         if not isinstance(pod, dict):
             raise BadPod(f"the pod must be a JSON object, not {ob.json_kind(pod)}")
+        too_large = pod_too_large(pod, f"pod {ob.namespace(pod) or 'default'}/{ob.name(pod)}")
+        if too_large is not None:
+            raise BadPod(too_large)
         try:
             view = ob.pod_view(pod)
         except ValueError as exc:
@@ -107,24 +117,34 @@ class Explainer:
         if refused:
             unresolvable.update(dict.fromkeys(names, refused))
             return answer([]), request, reasons
-        result = self.feasibility.check(request, names, observe=False)
         ledger = self.placer.ledger
-        for name, message in result.failed.items():
-            state = ledger.node(name)
-            reason = result.reasons.get(name)
-            reasons[name] = reason
-            hopeless = (
-                state is None
-                or reason in UNRESOLVABLE
-                or never_fits(state, request, self.feasibility.key_of(request))
-            )
-            (unresolvable if hopeless else failed)[name] = message
-        return answer(result.fits), request, reasons
+        rid = self.feasibility.key_of(request)
+        distinct = distinct_demands(request)
+        sliced = heavy(len(names), len(request.demands))
+        fits: list[str] = []
+        for part in slices(names, len(request.demands)) if sliced else (names,):
+            result = self.feasibility.check(request, part, observe=False)
+            for name, message in result.failed.items():
+                state = ledger.node(name)
+                reason = result.reasons.get(name)
+                reasons[name] = reason
+                hopeless = (
+                    state is None
+                    or reason in UNRESOLVABLE
+                    or never_fits(state, request, rid, distinct)
+                )
+                (unresolvable if hopeless else failed)[name] = message
+            fits.extend(result.fits)
+            if sliced:
+                await asyncio.sleep(0)
+        return answer(fits), request, reasons
 
-    def explain(self, pod: Any, names: list[str] | None = None) -> dict[str, Any]:
+    async def explain(self, pod: Any, names: list[str] | None = None) -> dict[str, Any]:
         """The filter answer, summarised: groups of refused nodes with the ``xpushare fit``
-        explanation of their first nodes, and the fitting nodes ranked as /prioritize does."""
-        answer, request, reasons = self.filter(pod, names)
+        explanation of their first nodes, and the fitting nodes ranked as /prioritize does.
+
+        On the scheduler's loop, given back between groups and between slices of work."""
+        answer, request, reasons = await self.filter(pod, names)
         who = f"{ob.namespace(pod) or 'default'}/{ob.name(pod) or 'pod'}"
         fits: list[str] = answer["NodeNames"]
         refused = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
@@ -147,6 +167,7 @@ class Explainer:
                     for n in nodes[: self.explain_nodes]
                     if self.placer.ledger.node(n) is not None
                 ]
+                await asyncio.sleep(0)  # a fit with every device examined per node
             groups.append(
                 {
                     "message": message,
@@ -160,6 +181,10 @@ class Explainer:
         ranking: list[dict[str, Any]] = []
         best = None
         if fits and request is not None and request.wants_devices:
+            if heavy(len(fits), len(request.demands)):
+                for part in slices(fits, len(request.demands)):
+                    self.placer.warm(request, part)
+                    await asyncio.sleep(0)
             scores = self.placer.prioritize(request, fits)
             ordered = sorted(fits, key=lambda n: (-scores.get(n, 0.0), n))
             ranking = [

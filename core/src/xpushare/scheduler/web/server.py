@@ -4,6 +4,10 @@ The page and its script are files of this package (``static/``), read once at st
 nothing fetched at run time, and a Content-Security-Policy that lets the page load nothing
 but itself. Every API call is checked by :class:`TokenChecker` first (which lets everyone
 in when ``web.auth.mode`` is ``none``: the listener is on localhost then).
+
+The handlers run on the web view's own loop and thread (``scheduler/loopthread.py``); every
+read of the scheduler's state, and every API call, goes to the scheduler's loop through
+:class:`~xpushare.scheduler.web.bridge.SchedulerLoop`, in calls of bounded cost.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from aiohttp import web
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler.kube import KubeError, NotFound
 from xpushare.scheduler.web.auth import TokenChecker
+from xpushare.scheduler.web.bridge import SchedulerLoop
 from xpushare.scheduler.web.details import (
     MAX_QUERY_CHARS,
     counted_pod,
@@ -116,6 +121,9 @@ class WebView:
         self.kube = kube
         self.scheduler_name = scheduler_name
         self.is_leader = is_leader
+        #: Where the scheduler's state is read: its own loop (``app.py`` binds it when the
+        #: view runs on a thread of its own; unbound, on the caller's loop).
+        self.main = SchedulerLoop()
         self.fleet = FleetView(self.ledger, placer.policy)
         self.explainer = Explainer(
             placer=placer,
@@ -143,7 +151,7 @@ class WebView:
 
     def _guarded(self, handler: Handler) -> Handler:
         async def handle(request: web.Request) -> web.StreamResponse:
-            verdict = await self.auth.check(request.headers.get("Authorization"))
+            verdict = await self.main.wait(self.auth.check(request.headers.get("Authorization")))
             if not verdict.allowed:
                 response = _error(verdict.status, verdict.message)
                 if verdict.status == 401:
@@ -191,14 +199,19 @@ class WebView:
     def _status(self) -> dict[str, Any]:
         return {"synced": self.cluster.synced, "leader": self.is_leader(), "time": time.time()}
 
+    def _fleet_now(self, flt: FleetFilter) -> tuple[str, dict[str, Any]]:
+        """The fleet answer (joined from cached per-node digests) and the status, read
+        together on the scheduler's loop."""
+        return self.fleet.answer(flt), self._status()
+
     async def _fleet(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
             flt = FleetFilter.parse(request.query, request.query.getall("label", []))
         except FilterError as exc:
             return _error(400, str(exc))
-        text = self.fleet.answer(flt)
-        status = json.dumps(self._status(), separators=(",", ":"))
+        text, now = await self.main.call(self._fleet_now, flt)
+        status = json.dumps(now, separators=(",", ":"))
         # The state, not the clock, makes the ETag: unchanged fleet, same tag, 304.
         tag = '"' + hashlib.blake2b(text.encode(), digest_size=12).hexdigest() + '"'
         spent = (time.perf_counter() - started) * 1000
@@ -208,12 +221,17 @@ class WebView:
         body = text[:-1] + ',"status":' + status + "}"
         return web.Response(text=body, content_type="application/json", headers=headers)
 
-    async def _node(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
+    def _node_now(self, name: str) -> dict[str, Any] | None:
         state = self.ledger.node(name)
         if state is None:
+            return None
+        return node_detail(state, self.ledger, self.cluster, self.placer.policy)
+
+    async def _node(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        payload = await self.main.call(self._node_now, name)
+        if payload is None:
             return _error(404, f"node {name[:253]!r} is not in the scheduler's ledger")
-        payload = node_detail(state, self.ledger, self.cluster, self.placer.policy)
         payload["live"] = None
         payload["live_error"] = None if self.live else "no Prometheus URL configured"
         if self.live is not None:
@@ -225,7 +243,8 @@ class WebView:
 
     async def _events(self, namespace: str, name: str) -> tuple[list[dict[str, Any]], str | None]:
         try:
-            return event_rows(await self.kube.list_pod_events(namespace, name)), None
+            events = await self.main.wait(self.kube.list_pod_events(namespace, name))
+            return event_rows(events), None
         except KubeError as exc:
             return [], f"events not read: {exc}"
 
@@ -233,7 +252,7 @@ class WebView:
         namespace = request.match_info["namespace"]
         name = request.match_info["name"]
         events, events_error = await self._events(namespace, name)
-        counted = counted_pod(self.cluster, namespace, name)
+        counted = await self.main.call(counted_pod, self.cluster, namespace, name)
         payload: dict[str, Any] = {
             "namespace": namespace,
             "name": name,
@@ -246,13 +265,13 @@ class WebView:
             payload["state"] = counted["state"]
             return _json(payload)
         try:
-            obj = await self.kube.get_pod(namespace, name)
+            obj = await self.main.wait(self.kube.get_pod(namespace, name))
         except NotFound:
             return _error(404, f"pod {namespace}/{name} not found")
         except KubeError as exc:
             return _error(503, f"pod {namespace}/{name} could not be read: {exc}")
         # A counted pod may have been bound meanwhile (the await above).
-        counted = counted_pod(self.cluster, namespace, name)
+        counted = await self.main.call(counted_pod, self.cluster, namespace, name)
         if counted is not None:
             payload.update(state=counted["state"], assignment=counted)
             return _json(payload)
@@ -264,7 +283,7 @@ class WebView:
             return _json(payload)
         payload["state"] = "pending"
         try:
-            payload["explanation"] = self.explainer.explain(obj)
+            payload["explanation"] = await self.main.wait(self.explainer.explain(obj))
         except BadPod as exc:
             payload["explanation_error"] = str(exc)
         return _json(payload)
@@ -279,12 +298,12 @@ class WebView:
             try:
                 pending = [
                     p
-                    for p in await self.kube.list_pending_pods()
+                    for p in await self.main.wait(self.kube.list_pending_pods())
                     if ob.spec(p).get("schedulerName") == self.scheduler_name
                 ]
             except KubeError as exc:
                 error = f"pending pods not read: {exc}"
-        payload = search(text, self.ledger, self.cluster, pending)
+        payload = await self.main.call(search, text, self.ledger, self.cluster, pending)
         payload["pending_error"] = error
         return _json(payload)
 
@@ -315,6 +334,6 @@ class WebView:
         if kind not in (None, "Pod"):
             return _error(400, f"kind: {str(kind)[:60]!r}; paste a Pod (kind: Pod)")
         try:
-            return _json(self.explainer.explain(pod))
+            return _json(await self.main.wait(self.explainer.explain(pod)))
         except BadPod as exc:
             return _error(400, str(exc))
