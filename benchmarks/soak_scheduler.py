@@ -1,8 +1,10 @@
 """Fault soak of ``xpushare scheduler``: two replicas, the leader frozen or killed at random.
 
 Clients bind pods through the leader while the leader is stopped (SIGSTOP, long enough to
-lose its Lease) or killed (SIGKILL, a new replica process replaces it), and node agents
-allocate late or never. At the end it checks what no fault may break: no device booked past
+lose its Lease) or killed (SIGKILL, a new replica process replaces it), watches are cut or
+held back, relists answer late, the Lease is deleted and tenants edit pods' allocation
+records (``xpushare.testing.soak`` lists the faults), and node agents allocate late or
+never. At the end it checks what no fault may break: no device booked past
 its capacity in the API server's annotations, the leader's ledger equal to a recount from
 them, no reservation left (``xpushare.testing.soak``). Exit status 1 if any check failed.
 
@@ -29,6 +31,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-dir", type=Path, help="where the replicas' logs go")
     args = parser.parse_args()
+    if args.log_dir is not None:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
     config = SoakConfig(
         duration_s=args.duration,
         nodes=args.nodes,

@@ -1,9 +1,23 @@
 """The scheduler fault soak: replicas frozen and killed at random while clients bind pods.
 
 Why: the fencing argument (docs/scheduler.md, "Why no interleaving can double-book") is
-checked point by point by ``test_sched_split_brain.py``; this checks it at random, with many
-binds in flight, node agents that allocate late or never, and leaders that stall (SIGSTOP)
-or die (SIGKILL, then a replacement process starts). At the end, with every process thawed:
+checked point by point by ``test_sched_split_brain.py`` and ``test_sched_ledger_truth.py``;
+this checks it at random, with many binds in flight, node agents that allocate late or
+never, and one fault at a time among:
+
+* ``sigstop`` / ``sigkill``: the leader stalls long enough to lose its Lease, or dies (a
+  replacement process starts);
+* ``watch-cut``: a replica's watch of pods or nodes cut mid-event or after an event
+  (each replica reaches the API server through a :class:`WatchProxy` of its own);
+* ``watch-hold``: the leader's pod watch held back for seconds, then delivered;
+* ``slow-relist``: history compacted, every watch closed, and the pod lists that follow
+  answered seconds after their snapshot;
+* ``lease-delete``: the Lease deleted (a replica re-creates it, counting from 0);
+* ``tenant-edit``: a pod's owner removes or rewrites a bound pod's assignment, or adds one to
+  a pod bound without it, and puts it back a moment later (the chart's admission policy
+  refuses such edits; the ledger must not follow them while they are visible).
+
+At the end, with every process thawed and every edit undone:
 
 * no device is booked past its capacity in the API server's annotations;
 * the leader's ledger (its ``/metrics``) equals a recount from those annotations;
@@ -28,9 +42,16 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from xpushare.codec import encode_inventory, inventory_key
+from xpushare.codec import (
+    ASSIGNMENT_KEY,
+    decode_assignment,
+    encode_assignment,
+    encode_inventory,
+    inventory_key,
+)
+from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
 from xpushare.plugins.builtin import mock
-from xpushare.testing.apiserver import FakeApiServer, node, pod
+from xpushare.testing.apiserver import FakeApiServer, RecordedRequest, node, pod
 from xpushare.testing.replicas import (
     NodeAgents,
     Replica,
@@ -39,6 +60,20 @@ from xpushare.testing.replicas import (
     start_replica,
     wait_leader,
 )
+from xpushare.testing.watchproxy import WatchProxy
+
+#: Every kind of fault, and how often each is drawn (SIGKILL's share is ``kill_share``).
+FAULTS = (
+    "sigstop",
+    "watch-cut",
+    "watch-hold",
+    "slow-relist",
+    "lease-delete",
+    "tenant-edit",
+)
+#: A forged assignment "added" by a tenant claims this much of a device (MiB): two GPUs'
+#: worth of 81,920 MiB, so counting it would block the node.
+FORGED_MIB = 163_840
 
 GPU = "xpushare.io/mock-gpu"
 MEM = "xpushare.io/mock-gpumem"
@@ -54,8 +89,10 @@ class SoakConfig:
     fault_every_s: float = 3.0
     #: Longest SIGSTOP of the leader (long enough to lose the Lease: FAST_LEASE is 3 s).
     max_freeze_s: float = 5.0
-    #: Share of faults that are SIGKILL (the rest SIGSTOP).
-    kill_share: float = 0.3
+    #: Share of faults that are SIGKILL (the rest drawn evenly from ``faults``).
+    kill_share: float = 0.2
+    #: The other faults drawn (FAULTS; ("sigstop",) is the soak of session 9).
+    faults: tuple[str, ...] = FAULTS
     #: Node agents allocate after up to this long; this many nodes never allocate.
     agent_delay_s: float = 0.3
     silent_nodes: int = 2
@@ -91,16 +128,21 @@ class SoakReport:
 
 
 class _Fleet:
-    """The replicas, keeping two alive: a killed one is replaced by a new process."""
+    """The replicas, keeping two alive: a killed one is replaced by a new process. Each
+    reaches the API server through a watch proxy of its own."""
 
     def __init__(self, api: FakeApiServer, log_dir: Path) -> None:
         self.api = api
         self.log_dir = log_dir
         self.replicas: list[Replica] = []
+        self.proxies: dict[str, WatchProxy] = {}
         self._next = 1
 
-    def spawn(self) -> Replica:
-        replica = start_replica(self.api.url, f"r{self._next}", self.log_dir)
+    async def spawn(self) -> Replica:
+        identity = f"r{self._next}"
+        proxy = await WatchProxy("127.0.0.1", self.api.port).__aenter__()
+        self.proxies[identity] = proxy
+        replica = start_replica(proxy.url, identity, self.log_dir)
         self._next += 1
         self.replicas.append(replica)
         return replica
@@ -108,9 +150,16 @@ class _Fleet:
     def alive(self) -> list[Replica]:
         return [r for r in self.replicas if r.alive()]
 
-    def stop(self) -> None:
+    def release_all(self) -> None:
+        for proxy in self.proxies.values():
+            for resource in ("pods", "nodes"):
+                proxy.release(resource)
+
+    async def stop(self) -> None:
         for replica in self.replicas:
             replica.stop()
+        for proxy in self.proxies.values():
+            await proxy.close()
 
 
 async def _leader(fleet: _Fleet, session: aiohttp.ClientSession) -> Replica | None:
@@ -195,18 +244,143 @@ async def _faults(
         leader = await _leader(fleet, session)
         if leader is None:
             continue
-        if rng.random() < config.kill_share:
+        if rng.random() < config.kill_share or not config.faults:
             leader.signal(9)
             report.faults["sigkill"] += 1
-            fleet.spawn()
+            await fleet.spawn()
             config.progress(f"SIGKILL {leader.identity}; started r{len(fleet.replicas)}")
+            continue
+        kind = rng.choice(config.faults)
+        report.faults[kind] += 1
+        line = await _FAULTS[kind](fleet, leader, config, rng)
+        config.progress(f"{kind}: {line}")
+
+
+async def _sigstop(fleet: _Fleet, leader: Replica, config: SoakConfig, rng: random.Random) -> str:
+    leader.freeze()
+    pause = rng.uniform(0.1, config.max_freeze_s)
+    await asyncio.sleep(pause)
+    leader.thaw()
+    return f"{leader.identity} for {pause:.1f} s"
+
+
+async def _watch_cut(fleet: _Fleet, leader: Replica, config: SoakConfig, rng: random.Random) -> str:
+    replica = rng.choice(fleet.alive())
+    resource = rng.choice(("pods", "nodes"))
+    mid = rng.random() < 0.5
+    fleet.proxies[replica.identity].cut(resource, mid_event=mid)
+    return f"{replica.identity}'s {resource} watch, {'mid-event' if mid else 'after an event'}"
+
+
+async def _watch_hold(
+    fleet: _Fleet, leader: Replica, config: SoakConfig, rng: random.Random
+) -> str:
+    proxy = fleet.proxies[leader.identity]
+    pause = rng.uniform(0.5, 3.0)
+    proxy.hold("pods")
+    await asyncio.sleep(pause)
+    proxy.release("pods")
+    return f"{leader.identity}'s pod watch for {pause:.1f} s"
+
+
+async def _slow_relist(
+    fleet: _Fleet, leader: Replica, config: SoakConfig, rng: random.Random
+) -> str:
+    api = fleet.api
+    delay = rng.uniform(1.0, 4.0)
+
+    async def late(request: RecordedRequest) -> None:
+        await asyncio.sleep(delay)  # the snapshot is taken; its answer arrives late
+
+    def full_list(request: RecordedRequest) -> bool:
+        return request.query.get("watch") not in ("true", "1") and not request.query.get(
+            "fieldSelector"
+        )
+
+    api.inject("GET", r"^/api/v1/pods$", status=0, after=late, match=full_list, times=2)
+    # A change nobody watches moves the history past every watch's version.
+    api.put("configmaps", {"metadata": {"name": "soak-churn", "namespace": "default"}})
+    api.compact()
+    api.close_watches()
+    await asyncio.sleep(delay)
+    return f"pod lists answered {delay:.1f} s after their snapshot"
+
+
+async def _lease_delete(
+    fleet: _Fleet, leader: Replica, config: SoakConfig, rng: random.Random
+) -> str:
+    api = fleet.api
+    if api.get("leases", "xpushare-scheduler", "default") is not None:
+        api.delete("leases", "xpushare-scheduler", "default")
+    return f"held by {leader.identity}"
+
+
+async def _tenant_edit(
+    fleet: _Fleet, leader: Replica, config: SoakConfig, rng: random.Random
+) -> str:
+    """An owner's edit of a bound pod's record, visible for a moment, then undone."""
+    api = fleet.api
+    pause = rng.uniform(0.3, 2.0)
+    bound = [
+        p
+        for p in api.items("pods")
+        if p["spec"].get("nodeName") and ASSIGNMENT_KEY in p["metadata"].get("annotations", {})
+    ]
+    if not bound or rng.random() < 0.3:
+        # Bound without a record (the default scheduler's pod), then a forged one added.
+        target = rng.choice(sorted({p["spec"]["nodeName"] for p in api.items("pods")} or {""}))
+        if not target:
+            return "no node with pods yet"
+        name = f"forged-{rng.randrange(1 << 30)}"
+        plain = pod(name, node_name=target, phase="Running")
+        api.put("pods", plain)
+        forged = _record(target, f"MOCK-{target}-0", FORGED_MIB)
+        api.modify(
+            "pods", name, lambda o: o["metadata"]["annotations"].update({ASSIGNMENT_KEY: forged})
+        )
+        await asyncio.sleep(pause)
+        api.delete("pods", name, "default")
+        return f"added a {FORGED_MIB} MiB record to {name} on {target} for {pause:.1f} s"
+    victim = rng.choice(bound)
+    name = victim["metadata"]["name"]
+    original = victim["metadata"]["annotations"][ASSIGNMENT_KEY]
+    removed = rng.random() < 0.5
+
+    def edit(obj: dict[str, Any]) -> None:
+        annotations = obj["metadata"]["annotations"]
+        if removed:
+            annotations.pop(ASSIGNMENT_KEY, None)
         else:
-            leader.freeze()
-            report.faults["sigstop"] += 1
-            pause = rng.uniform(0.1, config.max_freeze_s)
-            config.progress(f"SIGSTOP {leader.identity} for {pause:.1f} s")
-            await asyncio.sleep(pause)
-            leader.thaw()
+            first = decode_assignment(original).containers[0].devices[0]
+            annotations[ASSIGNMENT_KEY] = _record(victim["spec"]["nodeName"], first.device_id, 1)
+
+    def undo(obj: dict[str, Any]) -> None:
+        obj["metadata"]["annotations"][ASSIGNMENT_KEY] = original
+
+    if api.get("pods", name, "default") is None:
+        return f"{name} went away first"
+    api.modify("pods", name, edit)
+    await asyncio.sleep(pause)
+    if api.get("pods", name, "default") is not None:
+        api.modify("pods", name, undo)
+    return f"{'removed' if removed else 'rewrote'} {name}'s record for {pause:.1f} s"
+
+
+def _record(node_name: str, device: str, memory_mib: int) -> str:
+    """An assignment of one mock device slice, as a tenant would write one by hand."""
+    slice_ = DeviceSlice(device_id=device, memory_mib=memory_mib, compute_percent=0)
+    container = ContainerAssignment(container="main", vendor="mock", devices=(slice_,))
+    return encode_assignment(PodAssignment(node=node_name, containers=(container,)))
+
+
+_FAULTS = {
+    "sigstop": _sigstop,
+    "watch-cut": _watch_cut,
+    "watch-hold": _watch_hold,
+    "slow-relist": _slow_relist,
+    "lease-delete": _lease_delete,
+    "tenant-edit": _tenant_edit,
+}
 
 
 def _metrics_usage(text: str) -> dict[tuple[str, str], float]:
@@ -240,8 +414,8 @@ async def run_soak(config: SoakConfig) -> SoakReport:
             api, delay_s=config.agent_delay_s, jitter=True, never=set(names[: config.silent_nodes])
         ).start()
         fleet = _Fleet(api, log_dir)
-        fleet.spawn()
-        fleet.spawn()
+        await fleet.spawn()
+        await fleet.spawn()
         try:
             async with aiohttp.ClientSession() as session:
                 await wait_leader(fleet.alive(), session)
@@ -256,6 +430,7 @@ async def run_soak(config: SoakConfig) -> SoakReport:
                 )
                 for replica in fleet.replicas:
                     replica.thaw()
+                fleet.release_all()
                 config.progress(f"faults over after {time.monotonic() - started:.1f} s")
                 leader = await wait_leader(fleet.alive(), session)
                 config.progress(f"leader after {time.monotonic() - started:.1f} s")
@@ -263,7 +438,7 @@ async def run_soak(config: SoakConfig) -> SoakReport:
                 config.progress(f"settled after {time.monotonic() - started:.1f} s")
         finally:
             await agents.stop()
-            fleet.stop()
+            await fleet.stop()
         report.bound_pods = sum(1 for p in api.items("pods") if p["spec"].get("nodeName"))
         report.overcommits = overcommits(api)
     report.elapsed_s = time.monotonic() - started
