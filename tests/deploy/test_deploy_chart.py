@@ -323,19 +323,37 @@ def test_combined_layout_serves_every_vendor_from_one_daemonset():
     assert {"/opt/rocm", "/", "/usr/local/vgpu"} <= host_paths
 
 
-def test_scheduler_runs_unprivileged_and_only_the_leader_is_ready():
+def test_scheduler_runs_unprivileged_and_the_service_reaches_only_the_leader():
     objects = rendered("defaults")
-    deployment = one(objects, "Deployment", f"{RELEASE}-xpushare-scheduler")
+    name = f"{RELEASE}-xpushare-scheduler"
+    deployment = one(objects, "Deployment", name)
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Every synced replica is Ready; the Service selects the leader's label instead.
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz/replica"
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}) for e in container["env"]}
+    assert env["XPUSHARE_SCHEDULER__LEADER__POD"] == {"fieldPath": "metadata.name"}
+    assert env["XPUSHARE_SCHEDULER__LEADER__POD_NAMESPACE"] == {"fieldPath": "metadata.namespace"}
     assert container["args"] == ["scheduler", "--config", "/etc/xpushare/config/scheduler.yaml"]
-    # Standby replicas are never Ready, so no budget on them by default (it would block drains).
-    assert find(objects, "PodDisruptionBudget", f"{RELEASE}-xpushare-scheduler") == []
+    service = one(objects, "Service", name)
+    assert service["spec"]["selector"]["xpushare.io/leader"] == "true"
+    assert {p["name"] for p in service["spec"]["ports"]} == {"https"}
+    metrics = one(objects, "Service", f"{name}-metrics")
+    assert "xpushare.io/leader" not in metrics["spec"]["selector"]
+    assert [p["name"] for p in metrics["spec"]["ports"]] == ["metrics"]
+    # Two replicas: a budget keeps one of them through drains (both are Ready when synced).
+    budget = one(objects, "PodDisruptionBudget", name)
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
     pdb = one(objects, "PodDisruptionBudget", f"{RELEASE}-xpushare-kube-scheduler")
     assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_one_scheduler_replica_gets_no_budget():
+    objects = render({"scheduler": {"replicas": 1}})
+    assert find(objects, "PodDisruptionBudget", f"{RELEASE}-xpushare-scheduler") == []
 
 
 def test_optional_objects_appear_only_when_asked_for():

@@ -42,7 +42,10 @@ def test_scheduler_configuration_loads_with_the_real_loader(scenario, tmp_path):
         assert config.web.host == "127.0.0.1"
     assert ports == expected
     service = one(objects, "Service", f"{RELEASE}-xpushare-scheduler")
-    assert {p["targetPort"] for p in service["spec"]["ports"]} == {"https", "metrics"}
+    targets = {p["targetPort"] for p in service["spec"]["ports"]}
+    assert targets == ({"https", "filter"} if config.server.filter_workers else {"https"})
+    metrics = one(objects, "Service", f"{RELEASE}-xpushare-scheduler-metrics")
+    assert {p["targetPort"] for p in metrics["spec"]["ports"]} == {"metrics"}
     # The webhook path the API server calls is the one the scheduler serves.
     webhook = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
     assert webhook["clientConfig"]["service"]["path"] == config.server.webhook_path

@@ -66,3 +66,59 @@ async def test_only_the_leader_is_ready_and_decides(api, http):
             assert r.status == 200
     finally:
         await second.close()
+
+
+async def test_the_leader_labels_its_pod_and_takes_the_label_off_earlier_leaders(
+    api, scheduler_factory, http
+):
+    from xpushare.scheduler.leaderlabel import LEADER_LABEL
+    from xpushare.testing.apiserver import pod as pod_object
+
+    api.put("pods", pod_object("sched-a", namespace="kube-system"))
+    old = pod_object("sched-old", namespace="kube-system")
+    old["metadata"]["labels"] = {LEADER_LABEL: "true"}  # a frozen or dead earlier leader
+    api.put("pods", old)
+    sched = await scheduler_factory(
+        leader=True, **{"leader.pod": "sched-a", "leader.pod_namespace": "kube-system"}
+    )
+    await api.wait_for(sched.scheduler.is_leader, 10)
+    await api.wait_for(
+        lambda: (
+            api.get("pods", "sched-a", "kube-system")["metadata"]
+            .get("labels", {})
+            .get(LEADER_LABEL)
+            == "true"
+        ),
+        10,
+    )
+    assert LEADER_LABEL not in api.get("pods", "sched-old", "kube-system")["metadata"]["labels"]
+    # Ready as a replica (the chart's probe) and as the leader.
+    for path in ("/readyz", "/readyz/replica"):
+        async with http.get(sched.url + path) as response:
+            assert response.status == 200, await response.text()
+    await sched.close()
+    # Stepping down at shutdown takes the label off.
+    labels = api.get("pods", "sched-a", "kube-system")["metadata"].get("labels", {})
+    assert LEADER_LABEL not in labels
+
+
+async def test_a_follower_is_ready_as_a_replica_but_not_as_the_leader(api, scheduler_factory, http):
+    api.put(
+        "leases",
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "xpushare-scheduler", "namespace": "kube-system"},
+            "spec": {
+                "holderIdentity": "someone-else",
+                "leaseDurationSeconds": 3600,
+                "renewTime": "2099-01-01T00:00:00.000000Z",
+            },
+        },
+    )
+    sched = await scheduler_factory(leader=True)
+    async with http.get(sched.url + "/readyz") as response:
+        assert response.status == 503
+        assert "not the leader" in await response.text()
+    async with http.get(sched.url + "/readyz/replica") as response:
+        assert response.status == 200

@@ -58,6 +58,7 @@ from xpushare.scheduler.httpserver import (
 from xpushare.scheduler.informer import Handlers, Informer
 from xpushare.scheduler.kube import Kube
 from xpushare.scheduler.leader import LeaderElector
+from xpushare.scheduler.leaderlabel import LeaderLabel
 from xpushare.scheduler.looplag import watch_lag
 from xpushare.scheduler.loopthread import LoopThread
 from xpushare.scheduler.metrics import (
@@ -74,6 +75,11 @@ from xpushare.scheduling import UsageLedger
 from xpushare.scheduling.quota import QuotaBook, QuotaResource
 
 log = logging.getLogger(__name__)
+
+#: How long a replica shutting down waits to take the leader label off its pod: a
+#: termination grace period is 30 s by default, and a label left on is taken off by the next
+#: leader anyway.
+LABEL_WAIT_S = 3.0
 
 _TEXT = "text/plain; charset=utf-8"
 
@@ -185,6 +191,7 @@ class Scheduler:
             self.claims = ClaimBook(self.ledger, host.vendors, report=self._report)
             self.cluster.on_node_changed.append(self.claims.node_changed)
         self.leader: LeaderElector | None = None
+        self.leader_label: LeaderLabel | None = None
         if config.leader.enabled and not worker:
             self.leader = LeaderElector(
                 kube,
@@ -194,9 +201,15 @@ class Scheduler:
                 lease_duration_s=config.leader.lease_duration_s,
                 renew_deadline_s=config.leader.renew_deadline_s,
                 retry_period_s=config.leader.retry_period_s,
-                on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+                on_change=self._leadership_changed,
                 floor=lambda: self.cluster.highest_term,
             )
+            if config.leader.pod:
+                self.leader_label = LeaderLabel(
+                    kube,
+                    namespace=config.leader.pod_namespace or config.leader.namespace,
+                    pod=config.leader.pod,
+                )
         leader = self.leader
         self.handoffs = HandoffManager(
             kube,
@@ -315,6 +328,11 @@ class Scheduler:
         self.ports: dict[str, int] = {}
 
     # -- state -------------------------------------------------------------------------------------
+
+    def _leadership_changed(self, leading: bool) -> None:
+        self.metrics.leader.set(1 if leading else 0)
+        if self.leader_label is not None:
+            self.leader_label.changed(leading)
 
     def is_leader(self) -> bool:
         return self.leader is None or self.leader.is_leader
@@ -535,21 +553,30 @@ class Scheduler:
     def _healthz(self, request: Request) -> Reply:
         return Reply(200, b"ok", _TEXT)
 
-    def _readyz(self, request: Request) -> Reply:
+    def _replica_problem(self) -> bytes:
+        """Why this replica could not serve as leader now (b"": it could)."""
         if not self.cluster.synced:
-            return Reply(503, b"caches not synced", _TEXT)
+            return b"caches not synced"
         stale = self._informers_healthy()
         if stale:
-            return Reply(
-                503,
-                f"cannot list or watch {', '.join(stale)} from the API server".encode(),
-                _TEXT,
-            )
+            return f"cannot list or watch {', '.join(stale)} from the API server".encode()
+        if self.workers is not None and not self.workers.synced:
+            return self.workers.describe().encode()
+        return b""
+
+    def _readyz(self, request: Request) -> Reply:
+        problem = self._replica_problem()
+        if problem:
+            return Reply(503, problem, _TEXT)
         if not self.is_leader():
             return Reply(503, b"not the leader", _TEXT)
-        if self.workers is not None and not self.workers.synced:
-            return Reply(503, self.workers.describe().encode(), _TEXT)
         return Reply(200, b"ok", _TEXT)
+
+    def _readyz_replica(self, request: Request) -> Reply:
+        """Ready as a replica: synced and following the cluster, leader or not (the chart's
+        readiness probe: a PodDisruptionBudget counts Ready pods, leaderlabel.py)."""
+        problem = self._replica_problem()
+        return Reply(503, problem, _TEXT) if problem else Reply(200, b"ok", _TEXT)
 
     async def _metrics(self, request: Request) -> Reply:
         rows = ledger_rows(self.ledger)
@@ -573,6 +600,7 @@ class Scheduler:
         routes: dict[str, dict[str, Handler]] = {
             "/healthz": {"GET": self._healthz},
             "/readyz": {"GET": self._readyz},
+            "/readyz/replica": {"GET": self._readyz_replica},
             "/metrics": {"GET": self._metrics},
         }
         verbs: dict[str, str] = {}
@@ -795,6 +823,9 @@ class Scheduler:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self.leader_label is not None:
+            # Stepping down (the campaign's end said so): the Service must stop routing here.
+            await self.leader_label.finish(LABEL_WAIT_S)
         await self.events.stop()
         for listener in self._servers:
             await listener.close()

@@ -177,6 +177,11 @@ class LeaderConfig(_Section):
     renew_deadline_s: float = Field(default=10.0, gt=0)
     retry_period_s: float = Field(default=2.0, gt=0)
     identity: str | None = None
+    #: This replica's own pod (the chart sets both from the downward API): while it leads,
+    #: the pod carries the label ``xpushare.io/leader=true``, which the chart's Service
+    #: selects (leaderlabel.py). Unset: no label is written.
+    pod: str | None = None
+    pod_namespace: str | None = None
 
     @model_validator(mode="after")
     def _order(self) -> LeaderConfig:

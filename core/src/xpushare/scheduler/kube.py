@@ -385,6 +385,30 @@ class Kube:
             if not token:
                 return items
 
+    async def patch_pod_labels(
+        self, namespace: str, name: str, labels: Mapping[str, str | None]
+    ) -> Object:
+        """JSON merge patch of a pod's labels (None removes one); the pod afterwards."""
+        result: Object = await self._call(
+            "PATCH",
+            _pod_path(namespace, name),
+            f"patch pod {namespace}/{name}",
+            body={"metadata": {"labels": dict(labels)}},
+            content_type=_MERGE_PATCH,
+        )
+        return result
+
+    async def list_labelled_pods(self, namespace: str, selector: str) -> builtins.list[Object]:
+        """The pods of *namespace* matching the label *selector* (one page: a handful)."""
+        page = await self._json(
+            self._core.list_namespaced_pod_without_preload_content,
+            f"list pods {selector} in {namespace}",
+            namespace,
+            label_selector=selector,
+            limit=LIST_PAGE,
+        )
+        return list(page.get("items") or [])
+
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> Object:
