@@ -122,3 +122,11 @@ async def test_a_follower_is_ready_as_a_replica_but_not_as_the_leader(api, sched
         assert "not the leader" in await response.text()
     async with http.get(sched.url + "/readyz/replica") as response:
         assert response.status == 200
+    # Its answer to an extender verb closes the connection, so the caller's next connection
+    # goes where the Service sends it now (a Service keeps established connections).
+    from sched_helpers import gpu_pod
+
+    body = {"Pod": gpu_pod("p", gpu="1"), "NodeNames": ["node-0"]}
+    async with http.post(sched.url + "/filter", json=body) as response:
+        assert "not the leader" in (await response.json())["Error"]
+        assert response.headers.get("Connection", "").lower() == "close"

@@ -548,7 +548,18 @@ class Scheduler:
         # Server-side time (parse, decide, encode) for operators and the benchmark.
         spent = time.perf_counter() - started
         self._timers[verb].observe(spent)
-        return Reply(200, payload, headers=(("Server-Timing", f"app;dur={spent * 1000:.3f}"),))
+        # A follower's answer to an extender verb closes the connection: a Service keeps an
+        # established connection on the pod it chose, so kube-scheduler's kept-alive
+        # connection to a leader that lost the Lease would hear "not the leader" forever; a
+        # new connection goes where the Service sends it now, the leader (the real-cluster
+        # suite, two replicas with the leader SIGSTOPped).
+        close = verb != "webhook" and not self.is_leader()
+        return Reply(
+            200,
+            payload,
+            headers=(("Server-Timing", f"app;dur={spent * 1000:.3f}"),),
+            close=close,
+        )
 
     def _healthz(self, request: Request) -> Reply:
         return Reply(200, b"ok", _TEXT)
