@@ -51,6 +51,16 @@ def gpu_pod(name: str, namespace: str = "default", **limits: str) -> dict[str, A
     return pod(name, namespace=namespace, limits={keys[k]: v for k, v in limits.items()})
 
 
+def lease(transitions: int, namespace: str, name: str = "xpushare-scheduler") -> dict[str, Any]:
+    """A Lease nobody holds, whose count of terms is at *transitions* (an earlier leader's)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"holderIdentity": "", "leaseTransitions": transitions},
+    }
+
+
 def create_pod(api: FakeApiServer, obj: dict[str, Any]) -> dict[str, Any]:
     return api.put("pods", obj)
 

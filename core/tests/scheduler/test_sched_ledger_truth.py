@@ -24,6 +24,7 @@ from sched_helpers import (
     filter_args,
     gpu_node,
     gpu_pod,
+    lease,
 )
 
 from xpushare.codec import ASSIGNMENT_KEY, HANDOFF_KEY, TERM_KEY, encode_assignment
@@ -277,15 +278,6 @@ async def proxy(api: FakeApiServer) -> AsyncIterator[WatchProxy]:
         yield p
 
 
-def _lease(transitions: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": "xpushare-scheduler", "namespace": "kube-system"},
-        "spec": {"holderIdentity": "", "leaseTransitions": transitions},
-    }
-
-
 async def test_a_node_of_our_term_number_written_by_another_replica_fences_us(
     api: FakeApiServer,
     scheduler_factory: Any,
@@ -295,7 +287,7 @@ async def test_a_node_of_our_term_number_written_by_another_replica_fences_us(
     """A re-created Lease gave another replica our term number: it bound a pod on the node
     (its Binding landed, its handoff is done) while our pod watch lags. Equal terms used to
     skip the takeover read and double-book."""
-    api.put("leases", _lease(5))
+    api.put("leases", lease(5, "kube-system"))
     api.put("nodes", gpu_node("n", "1x A100-80GB", **{TERM_KEY: "1"}))
     b = create_pod(api, gpu_pod("b", gpu="1", mem=POD_MIB))
     sched = await scheduler_factory(leader=True, server=proxy.url)
@@ -326,7 +318,7 @@ async def test_a_repair_as_a_terms_first_write_is_followed_by_the_pod_read(
 ) -> None:
     """The new leader's first write on a node clears a finished handoff; its first bind
     there must still read the node's pods (its watch has not shown the old term's pod)."""
-    api.put("leases", _lease(5))
+    api.put("leases", lease(5, "kube-system"))
     api.put("nodes", gpu_node("n", "1x A100-80GB", **{TERM_KEY: "1"}))
     b = create_pod(api, gpu_pod("b", gpu="1", mem=POD_MIB))
     sched = await scheduler_factory(leader=True, server=proxy.url)

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from sched_helpers import gpu_node, gpu_pod
+from sched_helpers import gpu_node, gpu_pod, lease
 
 from xpushare.codec import TERM_KEY
 from xpushare.testing.apiserver import FakeApiServer, RecordedRequest
@@ -50,7 +50,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, list[Rep
     async with FakeApiServer() as api:
         # Nodes an earlier term wrote (as after any change of leader), so that the first bind
         # of each case takes its node over and reads its pods.
-        api.put("leases", _lease(transitions=5))
+        api.put("leases", lease(5, "default"))
         for i in range(len(CASES)):
             api.put("nodes", gpu_node(f"n-{i}", "1x A100-80GB", **{TERM_KEY: "1"}))
         replicas = [start_replica(api.url, f"r{k}", tmp_path) for k in (1, 2)]
@@ -59,15 +59,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, list[Rep
         finally:
             for replica in replicas:
                 replica.stop()
-
-
-def _lease(transitions: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": "xpushare-scheduler", "namespace": "default"},
-        "spec": {"holderIdentity": "", "leaseTransitions": transitions},
-    }
 
 
 async def _bind(

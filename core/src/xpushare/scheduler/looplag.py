@@ -12,27 +12,15 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from xpushare.scheduler.buckets import LATENCY_BUCKETS
+
 #: How often the lag is sampled. 50 wakes a second cost some 0.1 % of a core, and a stall
 #: of the 50 ms a request may hold the loop (scheduler/bounds.py) is met by two samples.
 TICK_S = 0.02
-#: Buckets of the lag histogram: a tick's own timer resolution is well under 1 ms; 50 ms is
-#: the bound a request may hold the loop; seconds are what defects looked like before.
-LAG_BUCKETS = (
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
+#: Buckets of the lag histogram: the request latency's (metrics.py) less its 0.5 ms one, a
+#: tick's own timer resolution being about that; 50 ms is the bound a request may hold the
+#: loop; seconds are what defects looked like before.
+LAG_BUCKETS = LATENCY_BUCKETS[1:]
 
 
 class Observer(Protocol):

@@ -16,30 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from xpushare.scheduler.buckets import LATENCY_BUCKETS
 from xpushare.scheduler.hami_metrics import HamiCollector, HamiSnapshot
 from xpushare.scheduler.looplag import LAG_BUCKETS
 from xpushare.scheduling import UsageLedger
 from xpushare.scheduling.quota import QuotaBook
-
-#: Request latency buckets: the targets are 5 ms (/filter at 500 nodes), 10 ms (webhook) and
-#: 20 ms (/filter at 5,000 nodes); /bind may wait up to the handoff wait (10 s).
-LATENCY_BUCKETS = (
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
 
 #: One row per device: (node, vendor, device, slots used, memory MiB used, memory MiB
 #: capacity, compute % used).
