@@ -652,9 +652,18 @@ def ready_node(
 
 
 def create_ready_node(core: Any, node: Object) -> Object:
-    """Create *node* (from :func:`ready_node`) and write its status; the stored object."""
+    """Create *node* (from :func:`ready_node`) and write its status; the stored object.
+
+    kube-apiserver's TaintNodesByCondition admission gives every new Node the
+    ``node.kubernetes.io/not-ready:NoSchedule`` taint, which the node lifecycle controller
+    lifts once the kubelet reports Ready. Neither runs here (see :data:`CONTROLLERS`), so the
+    taints are set to the node's own (none unless given), as that controller would leave them.
+    """
+    name = node["metadata"]["name"]
     core.create_node(node)
-    stored: Object = core.patch_node_status(node["metadata"]["name"], {"status": node["status"]})
+    core.patch_node_status(name, {"status": node["status"]})
+    taints = (node.get("spec") or {}).get("taints")
+    stored: Object = core.patch_node(name, {"spec": {"taints": taints}})
     return stored
 
 

@@ -1,0 +1,125 @@
+"""What the real-cluster tests share: the installed system's handle, our test nodes and pods,
+and waits on the API server (conftest.py holds the fixtures that start it all)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from chartkit import RELEASE
+
+from xpushare.codec import encode_inventory, inventory_key
+from xpushare.models import Device
+from xpushare.testing.realcluster import ControlPlane, create_ready_node, ready_node
+
+#: The chart's namespace, and the namespace the tests' pods live in (the chart's webhook skips
+#: its own namespace and kube-system).
+SYSTEM_NAMESPACE = "xpushare-system"
+PODS_NAMESPACE = "ml"
+
+#: The chart's DNS name of the scheduler's Service: its serving certificate carries it, and
+#: the chart's extender config names it as ``tlsConfig.serverName``.
+SCHEDULER_SERVICE = f"{RELEASE}-xpushare-scheduler.{SYSTEM_NAMESPACE}.svc"
+
+
+@dataclass
+class Installed:
+    """The control plane with xpushare on it: our scheduler process (its webhook registered
+    with the API server, its extender in kube-scheduler), as the chart configures both."""
+
+    plane: ControlPlane
+    core: Any
+    scheduler_url: str
+    chart: list[dict[str, Any]]
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include *labels*, from /metrics."""
+        import ssl
+        import urllib.request
+
+        assert self.plane.pki is not None
+        context = ssl.create_default_context(cafile=str(self.plane.pki.ca_cert))
+        with urllib.request.urlopen(f"{self.scheduler_url}/metrics", context=context) as answer:
+            text = answer.read().decode()
+        from prometheus_client.parser import text_string_to_metric_families
+
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and labels.items() <= sample.labels.items():
+                    total += sample.value
+        return total
+
+
+#: Bound of waits that end within a second or two on working code (kube-scheduler's next
+#: cycle, our /bind): only there so a broken flow fails instead of hanging.
+FLOW_WAIT_S = 60.0
+
+A100_MIB = 81920
+
+
+#: The label that groups a test's nodes: each test's pods select their own group, so tests
+#: sharing the cluster never place on each other's nodes.
+GROUP_LABEL = "test.xpushare.io/group"
+
+
+def nvidia_node(installed: Installed, name: str, group: str, gpus: int = 4) -> dict[str, Any]:
+    """A Ready node of *group* whose NVIDIA inventory our node agent would publish: *gpus*
+    A100s, ten shares each, and ``nvidia.com/gpu`` in its allocatable as the device plugin
+    registers it."""
+    devices = [
+        Device(
+            vendor="nvidia",
+            id=f"GPU-{name}-{index}",
+            index=index,
+            model="NVIDIA A100-SXM4-80GB",
+            memory_mib=A100_MIB,
+            share_slots=10,
+        )
+        for index in range(gpus)
+    ]
+    annotations = {inventory_key("nvidia"): encode_inventory("nvidia", name, devices)}
+    capacity = {"nvidia.com/gpu": str(gpus * 10)}
+    node = ready_node(name, annotations, capacity, labels={GROUP_LABEL: group})
+    stored: dict[str, Any] = installed.core.api_client.sanitize_for_serialization(
+        create_ready_node(installed.core, node)
+    )
+    return stored
+
+
+def hami_pod(name: str, group: str, **limits: str) -> dict[str, Any]:
+    """A pod written for HAMi: *limits* such as ``nvidia.com/gpu`` and ``nvidia.com/gpumem``,
+    no schedulerName (our webhook sets it), placed only on the nodes of *group*."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": PODS_NAMESPACE},
+        "spec": {
+            "nodeSelector": {GROUP_LABEL: group},
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"limits": dict(limits)}}
+            ],
+        },
+    }
+
+
+def wait_pod(installed: Installed, name: str, done: Any, what: str) -> dict[str, Any]:
+    """The pod once ``done(pod)`` holds, read from the API server; fails after FLOW_WAIT_S with
+    the pod and kube-scheduler's log."""
+    api = installed.core.api_client
+    deadline = time.monotonic() + FLOW_WAIT_S
+    current: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        current = api.sanitize_for_serialization(
+            installed.core.read_namespaced_pod(name, PODS_NAMESPACE)
+        )
+        if done(current):
+            return current
+        time.sleep(0.1)
+    tail = installed.plane.component("kube-scheduler").log_tail()
+    ours = installed.plane.component("xpushare-scheduler").log_tail()
+    raise AssertionError(
+        f"pod {PODS_NAMESPACE}/{name} not {what} within {FLOW_WAIT_S} s: {current}\n"
+        f"--- kube-scheduler\n{tail}\n--- xpushare scheduler\n{ours}"
+    )
