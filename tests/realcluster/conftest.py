@@ -34,7 +34,7 @@ from xpushare.testing.realcluster import (
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
-from chartkit import config_file, one, render, strip  # noqa: E402
+from chartkit import RELEASE, config_file, one, render, strip  # noqa: E402
 from realkit import PODS_NAMESPACE, SCHEDULER_SERVICE, SYSTEM_NAMESPACE, Installed  # noqa: E402
 
 #: Bound of waits for controllers that act within a second on a working cluster (the
@@ -113,7 +113,19 @@ def installed(control_plane: ControlPlane) -> Installed:
     # The ServiceAccount admission plugin refuses pods until the controller made `default`.
     _wait_for("the ServiceAccount controller making ml/default", default_account)
 
+    # Everything the chart renders, created for real (server-side validation of RBAC, the
+    # webhook configuration, the PDB, ...), except its webhook registration: that calls the
+    # in-cluster Service, which has no endpoints here; the same object pointed at our local
+    # scheduler is registered below.
     chart = render(None)
+    plane.apply([o for o in chart if o["kind"] != "MutatingWebhookConfiguration"])
+    # Our scheduler and kube-scheduler run as their ServiceAccounts, under the chart's RBAC
+    # alone: any call it does not grant is a 403 that fails the suite.
+    scheduler_kubeconfig = plane.token_kubeconfig(SYSTEM_NAMESPACE, f"{RELEASE}-xpushare-scheduler")
+    kube_scheduler_kubeconfig = plane.token_kubeconfig(
+        SYSTEM_NAMESPACE, f"{RELEASE}-xpushare-kube-scheduler"
+    )
+
     scheduler_yaml = plane.work / "xpushare-scheduler.yaml"
     scheduler_yaml.write_text(yaml.safe_dump(config_file(chart, "scheduler.yaml")))
     serving = pki.issue(
@@ -122,7 +134,7 @@ def installed(control_plane: ControlPlane) -> Installed:
         hosts=("127.0.0.1", SCHEDULER_SERVICE),
     )
     _, url = start_xpushare_scheduler(
-        plane, scheduler_yaml, kubeconfig=plane.admin_kubeconfig, serving=serving
+        plane, scheduler_yaml, kubeconfig=scheduler_kubeconfig, serving=serving
     )
 
     from kubernetes import client
@@ -134,10 +146,26 @@ def installed(control_plane: ControlPlane) -> Installed:
         webhook_config(strip(webhook), f"{url}{path}", pki.ca_cert.read_bytes())
     )
     rendered = config_file(chart, "kube-scheduler.yaml")
-    kube_scheduler = plane.start_scheduler(extender_config(rendered, url, pki.ca_cert))
+    kube_scheduler = plane.start_scheduler(
+        extender_config(rendered, url, pki.ca_cert), kubeconfig=kube_scheduler_kubeconfig
+    )
     # Up once it serves nothing yet: its readiness is its Lease, which the tests see as pods
     # being scheduled; here only an early exit (a refused config) is caught.
     time.sleep(0.5)
     if not kube_scheduler.alive():
         raise RuntimeError(f"kube-scheduler exited:\n{kube_scheduler.log_tail()}")
     return Installed(plane, core, url, chart)
+
+
+@pytest.fixture(autouse=True)
+def nothing_forbidden(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, neither scheduler was refused a call by the chart's RBAC: a 403 that
+    a retry loop swallowed (a watch, an event) fails the test that caused it."""
+    yield
+    if "installed" not in request.fixturenames:
+        return
+    installed: Installed = request.getfixturevalue("installed")
+    for name in ("xpushare-scheduler", "kube-scheduler"):
+        log = installed.plane.component(name).log_path.read_text(errors="replace")
+        refused = [line for line in log.splitlines() if "forbidden" in line.lower()]
+        assert not refused, f"{name} was refused by RBAC:\n" + "\n".join(refused[:5])

@@ -473,16 +473,18 @@ class ControlPlane:
         ]
         self.components.append(start_process("kube-controller-manager", args, self.logs))
 
-    def start_scheduler(self, config: Object, *, name: str = "kube-scheduler") -> Component:
-        """Start kube-scheduler with the KubeSchedulerConfiguration *config* (its
-        ``clientConnection.kubeconfig`` is set to the admin's: with ``--config`` kube-scheduler
-        ignores ``--kubeconfig``). Returns when its process is running; it is ready once it
-        holds its Lease, which a test sees as pods being scheduled."""
+    def start_scheduler(
+        self, config: Object, *, kubeconfig: Path | None = None, name: str = "kube-scheduler"
+    ) -> Component:
+        """Start kube-scheduler with the KubeSchedulerConfiguration *config*, its
+        ``clientConnection.kubeconfig`` set to *kubeconfig* (default: the admin's; with
+        ``--config`` kube-scheduler ignores ``--kubeconfig``). Returns when its process is
+        running; it is ready once it holds its Lease, which a test sees as pods scheduled."""
         config = {
             **config,
             "clientConnection": {
                 **(config.get("clientConnection") or {}),
-                "kubeconfig": str(self.admin_kubeconfig),
+                "kubeconfig": str(kubeconfig or self.admin_kubeconfig),
             },
         }
         path = self.work / f"{name}.yaml"
@@ -496,6 +498,29 @@ class ControlPlane:
         component = start_process(name, args, self.logs)
         self.components.append(component)
         return component
+
+    def apply(self, objects: list[Object]) -> list[Object]:
+        """Create each of *objects* (as ``kubectl create`` would: the API server validates
+        every field, RBAC escalation checks included); the stored objects. Any refusal
+        raises, naming the object and the API server's message."""
+        from kubernetes import dynamic
+        from kubernetes.dynamic.exceptions import DynamicApiError
+
+        client = dynamic.DynamicClient(self.api_client())
+        stored: list[Object] = []
+        for obj in objects:
+            body = {k: v for k, v in obj.items() if not k.startswith("__")}
+            kind, name = body["kind"], body["metadata"]["name"]
+            resource = client.resources.get(api_version=body["apiVersion"], kind=kind)
+            namespace = body["metadata"].get("namespace") if resource.namespaced else None
+            try:
+                answer = resource.create(body=body, namespace=namespace)
+            except DynamicApiError as exc:
+                raise AssertionError(
+                    f"kube-apiserver refused {kind} {namespace or ''}/{name}: {exc.summary()}"
+                ) from exc
+            stored.append(answer.to_dict())
+        return stored
 
     # -- clients -----------------------------------------------------------------------------
 
