@@ -64,17 +64,25 @@ A100_MIB = 81920
 GROUP_LABEL = "test.xpushare.io/group"
 
 
-def nvidia_node(installed: Installed, name: str, group: str, gpus: int = 4) -> dict[str, Any]:
+def nvidia_node(
+    installed: Installed,
+    name: str,
+    group: str,
+    gpus: int = 4,
+    *,
+    model: str = "NVIDIA A100-SXM4-80GB",
+    memory_mib: int = A100_MIB,
+) -> dict[str, Any]:
     """A Ready node of *group* whose NVIDIA inventory our node agent would publish: *gpus*
-    A100s, ten shares each, and ``nvidia.com/gpu`` in its allocatable as the device plugin
-    registers it."""
+    GPUs (A100s unless told), ten shares each, and ``nvidia.com/gpu`` in its allocatable as
+    the device plugin registers it."""
     devices = [
         Device(
             vendor="nvidia",
             id=f"GPU-{name}-{index}",
             index=index,
-            model="NVIDIA A100-SXM4-80GB",
-            memory_mib=A100_MIB,
+            model=model,
+            memory_mib=memory_mib,
             share_slots=10,
         )
         for index in range(gpus)

@@ -42,6 +42,7 @@ import yaml
 __all__ = [
     "BINARIES",
     "ControlPlane",
+    "HandoffReleaser",
     "Pki",
     "binaries_missing",
     "create_ready_node",
@@ -631,6 +632,60 @@ def start_xpushare_scheduler(
     assert plane.pki is not None
     wait_url(component, f"{url}/readyz", plane.pki.ca_cert)
     return component, url
+
+
+class HandoffReleaser:
+    """Plays the node agents of *nodes*: releases a node's handoff once its pod is bound there.
+
+    Why: /bind hands each pod to its node's agent through the ``xpushare.io/handoff``
+    annotation and waits for the previous one to be released before binding the next pod
+    to that node (DESIGN.md §6). No kubelet runs here, so no agent would ever allocate; this
+    thread removes the annotation (a JSON patch that tests its value first, so a newer
+    handoff is never taken away) once the pod it names is bound to the node, as an agent does
+    after kubelet's Allocate. ``served`` lists the (node, pod) pairs it released.
+    """
+
+    def __init__(self, core: Any, nodes: set[str], interval_s: float = 0.02) -> None:
+        import threading
+
+        self.core = core
+        self.nodes = set(nodes)
+        self.interval_s = interval_s
+        self.served: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="handoff-releaser", daemon=True)
+
+    def __enter__(self) -> HandoffReleaser:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(STOP_WAIT_S)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for name in sorted(self.nodes):
+                with contextlib.suppress(Exception):  # a race with the scheduler: next pass
+                    self._release(name)
+
+    def _release(self, name: str) -> None:
+        from xpushare.codec import HANDOFF_KEY, decode_handoff
+
+        node = self.core.read_node(name)
+        raw = (node.metadata.annotations or {}).get(HANDOFF_KEY)
+        if raw is None:
+            return
+        handoff = decode_handoff(raw, node=name)
+        if handoff.complete():
+            return
+        pod = self.core.read_namespaced_pod(handoff.pod.name, handoff.pod.namespace)
+        if pod.spec.node_name != name or (handoff.pod.uid and pod.metadata.uid != handoff.pod.uid):
+            return
+        path = "/metadata/annotations/" + HANDOFF_KEY.replace("~", "~0").replace("/", "~1")
+        patch = [{"op": "test", "path": path, "value": raw}, {"op": "remove", "path": path}]
+        self.core.patch_node(name, patch)
+        self.served.append((name, handoff.pod.name))
 
 
 # -- objects ---------------------------------------------------------------------------------
