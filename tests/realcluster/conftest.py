@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
 from chartkit import RELEASE, config_file, one, render, strip  # noqa: E402
-from realkit import PODS_NAMESPACE, SCHEDULER_SERVICE, SYSTEM_NAMESPACE, Installed  # noqa: E402
+from realkit import CHART_VALUES, PODS_NAMESPACE, SCHEDULER_SERVICE, SYSTEM_NAMESPACE, Installed  # noqa: E402
 
 #: Bound of waits for controllers that act within a second on a working cluster (the
 #: ServiceAccount controller making ``default``): only there so a broken start fails.
@@ -119,7 +119,7 @@ def installed(control_plane: ControlPlane) -> Installed:
     # webhook configuration, the PDB, ...), except its webhook registration: that calls the
     # in-cluster Service, which has no endpoints here; the same object pointed at our local
     # scheduler is registered below.
-    chart = render(None)
+    chart = render(CHART_VALUES)
     plane.apply([o for o in chart if o["kind"] != "MutatingWebhookConfiguration"])
     # Our scheduler and kube-scheduler run as their ServiceAccounts, under the chart's RBAC
     # alone: any call it does not grant is a 403 that fails the suite.

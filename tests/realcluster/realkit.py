@@ -18,6 +18,11 @@ from xpushare.testing.realcluster import ControlPlane, create_ready_node, ready_
 SYSTEM_NAMESPACE = "xpushare-system"
 PODS_NAMESPACE = "ml"
 
+#: The chart's values for the suite: its defaults, and the optional ValidatingAdmissionPolicy
+#: that narrows the node agent's "patch nodes" to its own node, so it is proven on a real
+#: API server too.
+CHART_VALUES = {"nodeAgent": {"nodeScopedPolicy": {"enabled": True}}}
+
 #: The chart's DNS name of the scheduler's Service: its serving certificate carries it, and
 #: the chart's extender config names it as ``tlsConfig.serverName``.
 SCHEDULER_SERVICE = f"{RELEASE}-xpushare-scheduler.{SYSTEM_NAMESPACE}.svc"

@@ -542,18 +542,30 @@ class ControlPlane:
 
         return client.CoreV1Api(self.api_client(kubeconfig))
 
-    def token_kubeconfig(self, namespace: str, service_account: str) -> Path:
+    def token_kubeconfig(
+        self, namespace: str, service_account: str, *, pod: tuple[str, str] | None = None
+    ) -> Path:
         """A kubeconfig that authenticates as *service_account* with a token the API server
-        signs (TokenRequest), as a pod of that ServiceAccount would."""
+        signs (TokenRequest), as a pod of that ServiceAccount would. With *pod* (name, uid)
+        the token is bound to that pod, as kubelet mounts it: the API server then adds the
+        pod's node to the user's extra (``authentication.kubernetes.io/node-name``)."""
         from kubernetes import client
 
+        bound = None
+        if pod is not None:
+            bound = client.V1BoundObjectReference(
+                api_version="v1", kind="Pod", name=pod[0], uid=pod[1]
+            )
         request = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[self.url], expiration_seconds=3600)
+            spec=client.V1TokenRequestSpec(
+                audiences=[self.url], expiration_seconds=3600, bound_object_ref=bound
+            )
         )
         answer = self.core().create_namespaced_service_account_token(
             service_account, namespace, request
         )
-        path = self.work / f"sa-{namespace}-{service_account}.kubeconfig"
+        suffix = f"-{pod[0]}" if pod is not None else ""
+        path = self.work / f"sa-{namespace}-{service_account}{suffix}.kubeconfig"
         assert self.pki is not None
         return write_kubeconfig(
             path, self.url, self.pki.ca_cert, token=answer.status.token, user=service_account
