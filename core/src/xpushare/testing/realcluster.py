@@ -507,7 +507,7 @@ class ControlPlane:
         from kubernetes import dynamic
         from kubernetes.dynamic.exceptions import DynamicApiError
 
-        client = dynamic.DynamicClient(self.api_client())
+        client = dynamic.DynamicClient(self.api_client())  # type: ignore[no-untyped-call]
         stored: list[Object] = []
         for obj in objects:
             body = {k: v for k, v in obj.items() if not k.startswith("__")}
@@ -517,9 +517,9 @@ class ControlPlane:
             try:
                 answer = resource.create(body=body, namespace=namespace)
             except DynamicApiError as exc:
-                raise AssertionError(
-                    f"kube-apiserver refused {kind} {namespace or ''}/{name}: {exc.summary()}"
-                ) from exc
+                summary = exc.summary()  # type: ignore[no-untyped-call]
+                where = f"{namespace}/{name}" if namespace else name
+                raise AssertionError(f"kube-apiserver refused {kind} {where}: {summary}") from exc
             stored.append(answer.to_dict())
         return stored
 
