@@ -94,9 +94,23 @@ def _wait_for(what: str, check: Any, timeout_s: float = CONTROLLER_WAIT_S) -> An
 
 @pytest.fixture(scope="session")
 def installed(control_plane: ControlPlane) -> Installed:
+    return install(control_plane)
+
+
+@pytest.fixture(scope="module")
+def own_installed(
+    kube_binaries: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Installed]:
+    """A control plane and xpushare of the module's own, for tests that break the control
+    plane (the session's tests must not inherit what a fault leaves behind)."""
+    with ControlPlane(kube_binaries, tmp_path_factory.mktemp("realcluster-own")) as plane:
+        yield install(plane)
+
+
+def install(plane: ControlPlane) -> Installed:
+    """Install xpushare on *plane* as the chart does (see the module docstring)."""
     from kubernetes.client.rest import ApiException
 
-    plane = control_plane
     pki = plane.pki
     assert pki is not None
     core = plane.core()

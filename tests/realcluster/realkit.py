@@ -4,12 +4,13 @@ and waits on the API server (conftest.py holds the fixtures that start it all)."
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from chartkit import RELEASE
 
-from xpushare.codec import encode_inventory, inventory_key
+from xpushare.codec import ASSIGNMENT_KEY, decode_assignment, encode_inventory, inventory_key
 from xpushare.models import Device
 from xpushare.testing.realcluster import ControlPlane, create_ready_node, ready_node
 
@@ -38,31 +39,36 @@ class Installed:
     scheduler_url: str
     chart: list[dict[str, Any]]
 
-    def metric(self, name: str, **labels: str) -> float:
-        """The sum of a metric's samples whose labels include *labels*, from /metrics."""
+    def samples(self, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
+        """The samples of a metric of our scheduler's /metrics whose labels include
+        *labels*: (labels, value) pairs."""
         import ssl
         import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
 
         assert self.plane.pki is not None
         context = ssl.create_default_context(cafile=str(self.plane.pki.ca_cert))
         with urllib.request.urlopen(f"{self.scheduler_url}/metrics", context=context) as answer:
             text = answer.read().decode()
-        from prometheus_client.parser import text_string_to_metric_families
+        return [
+            (sample.labels, sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        ]
 
-        total = 0.0
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and labels.items() <= sample.labels.items():
-                    total += sample.value
-        return total
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include *labels*."""
+        return sum(value for _, value in self.samples(name, **labels))
 
 
 #: Bound of waits that end within a second or two on working code (kube-scheduler's next
 #: cycle, our /bind): only there so a broken flow fails instead of hanging.
 FLOW_WAIT_S = 60.0
 
+#: An A100 80GB's memory as NVML reports it.
 A100_MIB = 81920
-
 
 #: The label that groups a test's nodes: each test's pods select their own group, so tests
 #: sharing the cluster never place on each other's nodes.
@@ -115,6 +121,29 @@ def hami_pod(name: str, group: str, **limits: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def recount(pods: list[dict[str, Any]]) -> tuple[Counter[str], Counter[str]]:
+    """Memory (MiB) and share slots booked per device id by *pods*' assignments, as the API
+    server holds them: the usage a new scheduler replica would rebuild."""
+    memory: Counter[str] = Counter()
+    shares: Counter[str] = Counter()
+    for pod in pods:
+        raw = (pod["metadata"].get("annotations") or {}).get(ASSIGNMENT_KEY)
+        if raw is None:
+            continue
+        for container in decode_assignment(raw).containers:
+            for device in container.devices:
+                memory[device.device_id] += device.memory_mib
+                shares[device.device_id] += 1
+    return memory, shares
+
+
+def ledger_memory(installed: Installed, node: str) -> dict[str, int]:
+    """Memory (MiB) per device id of *node* that our scheduler's ledger holds booked, from
+    its /metrics (devices with nothing booked left out)."""
+    found = installed.samples("xpushare_scheduler_device_memory_allocated_mib", node=node)
+    return {labels["device"]: int(value) for labels, value in found if value}
 
 
 def wait_pod(installed: Installed, name: str, done: Any, what: str) -> dict[str, Any]:

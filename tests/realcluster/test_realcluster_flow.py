@@ -8,11 +8,19 @@ object and request we make, and kube-scheduler decides when and how to call the 
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import pytest
-from realkit import A100_MIB, PODS_NAMESPACE, Installed, hami_pod, nvidia_node, wait_pod
+from realkit import (
+    A100_MIB,
+    PODS_NAMESPACE,
+    Installed,
+    hami_pod,
+    ledger_memory,
+    nvidia_node,
+    recount,
+    wait_pod,
+)
 
 from xpushare.codec import ASSIGNMENT_KEY, decode_assignment
 from xpushare.testing.realcluster import HandoffReleaser
@@ -79,18 +87,12 @@ def test_burst_of_pods_onto_one_node_is_bound_without_overcommit(installed: Inst
     assert {p["spec"]["nodeName"] for p in pods} == {node}
     assert sorted(pod for _, pod in agent.served) == sorted(names)
     # The safety property, recounted from the API server alone: no GPU booked past its memory
-    # or its share slots.
-    memory: Counter[str] = Counter()
-    shares: Counter[str] = Counter()
-    for p in pods:
-        assignment = decode_assignment(p["metadata"]["annotations"][ASSIGNMENT_KEY])
-        for container in assignment.containers:
-            for device in container.devices:
-                memory[device.device_id] += device.memory_mib
-                shares[device.device_id] += 1
+    # or its share slots; and our scheduler's ledger holds what the recount holds.
+    memory, shares = recount(pods)
     assert sum(shares.values()) == BURST
     assert max(memory.values()) <= A100_MIB, memory
     assert max(shares.values()) <= 10, shares
+    assert ledger_memory(installed, node) == dict(memory)
 
 
 def test_unschedulable_pod_carries_our_reason(installed: Installed) -> None:

@@ -398,6 +398,24 @@ class ControlPlane:
             component.stop()
         self.components.clear()
 
+    def restart_apiserver(self, *, kill: bool = True) -> float:
+        """Kill (SIGKILL; SIGTERM when not *kill*) kube-apiserver and start it again with the
+        same flags and port, as a crashed or upgraded control plane does; returns the seconds
+        it was away (until /readyz answered again). Its clients must reconnect on their own."""
+        index = next(i for i, c in enumerate(self.components) if c.name == "kube-apiserver")
+        old = self.components[index]
+        args = [str(a) for a in old.process.args]  # type: ignore[union-attr]
+        started = time.monotonic()
+        if kill:
+            old.process.kill()
+            old.process.wait(STOP_WAIT_S)
+        old.stop()
+        new = start_process("kube-apiserver", args, self.logs)
+        self.components[index] = new
+        assert self.pki is not None
+        wait_url(new, f"{self.url}/readyz", self.pki.ca_cert)
+        return time.monotonic() - started
+
     def component(self, name: str) -> Component:
         for component in self.components:
             if component.name == name:
