@@ -665,25 +665,36 @@ def start_xpushare_scheduler(
 
 
 class HandoffReleaser:
-    """Plays the node agents of *nodes*: releases a node's handoff once its pod is bound there.
+    """Plays the node agents: releases a node's handoff once its pod is bound there.
 
     Why: /bind hands each pod to its node's agent through the ``xpushare.io/handoff``
     annotation and waits for the previous one to be released before binding the next pod
     to that node (DESIGN.md §6). No kubelet runs here, so no agent would ever allocate; this
-    thread removes the annotation (a JSON patch that tests its value first, so a newer
-    handoff is never taken away) once the pod it names is bound to the node, as an agent does
-    after kubelet's Allocate. ``served`` lists the (node, pod) pairs it released.
+    removes the annotation (a JSON patch that tests its value first, so a newer handoff is
+    never taken away) once the pod it names is bound to the node, as an agent does after
+    kubelet's Allocate. It follows a watch of the nodes (of *nodes* only, when given), so it
+    keeps up with thousands of nodes; ``served`` lists the (node, pod) pairs it released.
     """
 
-    def __init__(self, core: Any, nodes: set[str], interval_s: float = 0.02) -> None:
+    #: Seconds a watch stream lasts before it is resumed: the bound of stopping.
+    WATCH_S = 1
+
+    #: How long a handoff's pod may take to be bound after the handoff is written (/bind
+    #: writes the handoff, then the Binding): beyond it the handoff is left to expire.
+    BIND_WAIT_S = 30.0
+
+    def __init__(self, core: Any, nodes: set[str] | None = None, workers: int = 8) -> None:
         import threading
+        from concurrent.futures import ThreadPoolExecutor
 
         self.core = core
-        self.nodes = set(nodes)
-        self.interval_s = interval_s
+        self.nodes = None if nodes is None else set(nodes)
         self.served: list[tuple[str, str]] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="handoff-releaser", daemon=True)
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="handoff-release")
+        self._thread = threading.Thread(target=self._watch, name="handoff-watch", daemon=True)
 
     def __enter__(self) -> HandoffReleaser:
         self._thread.start()
@@ -692,30 +703,77 @@ class HandoffReleaser:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(STOP_WAIT_S)
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            for name in sorted(self.nodes):
-                with contextlib.suppress(Exception):  # a race with the scheduler: next pass
-                    self._release(name)
+    def _watch(self) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
 
-    def _release(self, name: str) -> None:
+        version = ""
+        while not self._stop.is_set():
+            stream = watch.Watch()  # type: ignore[no-untyped-call]
+            options: dict[str, Any] = {"timeout_seconds": self.WATCH_S}
+            if version:
+                options["resource_version"] = version
+            try:
+                for event in stream.stream(self.core.list_node, **options):  # type: ignore[no-untyped-call]
+                    node = event["object"]
+                    version = node.metadata.resource_version or version
+                    self._seen(node)
+            except ApiException as exc:
+                if exc.status == 410:
+                    version = ""  # compacted: start again from the current nodes
+                else:
+                    self._stop.wait(0.1)
+            except Exception:  # the API server restarting: try again
+                self._stop.wait(0.1)
+
+    def _seen(self, node: Any) -> None:
         from xpushare.codec import HANDOFF_KEY, decode_handoff
 
-        node = self.core.read_node(name)
+        name = node.metadata.name
         raw = (node.metadata.annotations or {}).get(HANDOFF_KEY)
-        if raw is None:
+        if raw is None or (self.nodes is not None and name not in self.nodes):
             return
         handoff = decode_handoff(raw, node=name)
-        if handoff.complete():
-            return
-        pod = self.core.read_namespaced_pod(handoff.pod.name, handoff.pod.namespace)
-        if pod.spec.node_name != name or (handoff.pod.uid and pod.metadata.uid != handoff.pod.uid):
-            return
-        path = "/metadata/annotations/" + HANDOFF_KEY.replace("~", "~0").replace("/", "~1")
-        patch = [{"op": "test", "path": path, "value": raw}, {"op": "remove", "path": path}]
-        self.core.patch_node(name, patch)
-        self.served.append((name, handoff.pod.name))
+        with self._lock:
+            if handoff.complete() or raw in self._pending:
+                return
+            self._pending.add(raw)
+        self._pool.submit(self._release, name, raw, handoff)
+
+    def _release(self, name: str, raw: str, handoff: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        from xpushare.codec import HANDOFF_KEY
+
+        deadline = time.monotonic() + self.BIND_WAIT_S
+        try:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                try:
+                    pod = self.core.read_namespaced_pod(handoff.pod.name, handoff.pod.namespace)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return  # deleted before it was bound: the scheduler repairs it
+                    pod = None
+                except Exception:
+                    pod = None
+                uid_ok = pod is not None and (
+                    not handoff.pod.uid or pod.metadata.uid == handoff.pod.uid
+                )
+                if uid_ok and pod.spec.node_name == name:
+                    path = "/metadata/annotations/" + HANDOFF_KEY.replace("~", "~0").replace(
+                        "/", "~1"
+                    )
+                    test = {"op": "test", "path": path, "value": raw}
+                    with contextlib.suppress(ApiException):  # already replaced: not ours
+                        self.core.patch_node(name, [test, {"op": "remove", "path": path}])
+                        self.served.append((name, handoff.pod.name))
+                    return
+                self._stop.wait(0.01)
+        finally:
+            with self._lock:
+                self._pending.discard(raw)
 
 
 # -- objects ---------------------------------------------------------------------------------
