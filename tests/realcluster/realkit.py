@@ -8,11 +8,19 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from chartkit import RELEASE
+import yaml
+from chartkit import RELEASE, config_file, one, render, strip
 
 from xpushare.codec import ASSIGNMENT_KEY, decode_assignment, encode_inventory, inventory_key
 from xpushare.models import Device
-from xpushare.testing.realcluster import ControlPlane, create_ready_node, ready_node
+from xpushare.testing.realcluster import (
+    ControlPlane,
+    create_ready_node,
+    extender_config,
+    ready_node,
+    start_xpushare_scheduler,
+    webhook_config,
+)
 
 #: The chart's namespace, and the namespace the tests' pods live in (the chart's webhook skips
 #: its own namespace and kube-system).
@@ -165,3 +173,87 @@ def wait_pod(installed: Installed, name: str, done: Any, what: str) -> dict[str,
         f"pod {PODS_NAMESPACE}/{name} not {what} within {FLOW_WAIT_S} s: {current}\n"
         f"--- kube-scheduler\n{tail}\n--- xpushare scheduler\n{ours}"
     )
+
+
+#: Bound of waits for controllers that act within a second on a working cluster (the
+#: ServiceAccount controller making ``default``): only there so a broken start fails.
+CONTROLLER_WAIT_S = 60.0
+
+
+def _wait_for(what: str, check: Any, timeout_s: float = CONTROLLER_WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise TimeoutError(f"{what}: not within {timeout_s} s")
+
+
+def install(plane: ControlPlane, values: dict[str, Any] | None = None) -> Installed:
+    """Install xpushare on *plane* as the chart renders it with *values* (default
+    :data:`CHART_VALUES`): every object it renders created for real, our scheduler as a
+    process on its ServiceAccount's token, the chart's webhook registered with the API server
+    and its KubeSchedulerConfiguration run by kube-scheduler, pointed at that process."""
+    from kubernetes.client.rest import ApiException
+
+    pki = plane.pki
+    assert pki is not None
+    core = plane.core()
+    for namespace in (SYSTEM_NAMESPACE, PODS_NAMESPACE):
+        core.create_namespace({"metadata": {"name": namespace}})
+
+    def default_account() -> bool:
+        try:
+            core.read_namespaced_service_account("default", PODS_NAMESPACE)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    # The ServiceAccount admission plugin refuses pods until the controller made `default`.
+    _wait_for("the ServiceAccount controller making ml/default", default_account)
+
+    # Everything the chart renders, created for real (server-side validation of RBAC, the
+    # webhook configuration, the PDB, ...), except its webhook registration: that calls the
+    # in-cluster Service, which has no endpoints here; the same object pointed at our local
+    # scheduler is registered below.
+    chart = render(CHART_VALUES if values is None else values)
+    plane.apply([o for o in chart if o["kind"] != "MutatingWebhookConfiguration"])
+    # Our scheduler and kube-scheduler run as their ServiceAccounts, under the chart's RBAC
+    # alone: any call it does not grant is a 403 that fails the suite.
+    scheduler_kubeconfig = plane.token_kubeconfig(SYSTEM_NAMESPACE, f"{RELEASE}-xpushare-scheduler")
+    kube_scheduler_kubeconfig = plane.token_kubeconfig(
+        SYSTEM_NAMESPACE, f"{RELEASE}-xpushare-kube-scheduler"
+    )
+
+    scheduler_yaml = plane.work / "xpushare-scheduler.yaml"
+    scheduler_yaml.write_text(yaml.safe_dump(config_file(chart, "scheduler.yaml")))
+    serving = pki.issue(
+        "xpushare-scheduler",
+        common_name=SCHEDULER_SERVICE,
+        hosts=("127.0.0.1", SCHEDULER_SERVICE),
+    )
+    _, url = start_xpushare_scheduler(
+        plane, scheduler_yaml, kubeconfig=scheduler_kubeconfig, serving=serving
+    )
+
+    from kubernetes import client
+
+    admission = client.AdmissionregistrationV1Api(plane.api_client())
+    webhook = one(chart, "MutatingWebhookConfiguration")
+    path = webhook["webhooks"][0]["clientConfig"]["service"]["path"]
+    admission.create_mutating_webhook_configuration(
+        webhook_config(strip(webhook), f"{url}{path}", pki.ca_cert.read_bytes())
+    )
+    rendered = config_file(chart, "kube-scheduler.yaml")
+    kube_scheduler = plane.start_scheduler(
+        extender_config(rendered, url, pki.ca_cert), kubeconfig=kube_scheduler_kubeconfig
+    )
+    # Up once it serves nothing yet: its readiness is its Lease, which the tests see as pods
+    # being scheduled; here only an early exit (a refused config) is caught.
+    time.sleep(0.5)
+    if not kube_scheduler.alive():
+        raise RuntimeError(f"kube-scheduler exited:\n{kube_scheduler.log_tail()}")
+    return Installed(plane, core, url, chart)
