@@ -27,10 +27,14 @@ from xpushare.testing.realcluster import (
 SYSTEM_NAMESPACE = "xpushare-system"
 PODS_NAMESPACE = "ml"
 
-#: The chart's values for the suite: its defaults, and the optional ValidatingAdmissionPolicy
-#: that narrows the node agent's "patch nodes" to its own node, so it is proven on a real
-#: API server too.
-CHART_VALUES = {"nodeAgent": {"nodeScopedPolicy": {"enabled": True}}}
+#: The chart's values for the suite: its defaults, plus what they leave out that a real API
+#: server should see too: the optional ValidatingAdmissionPolicy that narrows the node
+#: agent's "patch nodes" to its own node, and nodes of both modes (perNodeMode), which
+#: renders the DRA objects beside the device-plugin ones (DeviceClasses, the scheduler's
+#: dra.enabled and its RBAC on claims and slices, the second extender entry).
+CHART_VALUES = {
+    "nodeAgent": {"nodeScopedPolicy": {"enabled": True}, "perNodeMode": {"enabled": True}}
+}
 
 #: The chart's DNS name of the scheduler's Service: its serving certificate carries it, and
 #: the chart's extender config names it as ``tlsConfig.serverName``.
@@ -154,6 +158,17 @@ def ledger_memory(installed: Installed, node: str) -> dict[str, int]:
     return {labels["device"]: int(value) for labels, value in found if value}
 
 
+def eventually(check: Any, timeout_s: float = 15.0) -> bool:
+    """Whether *check()* turns true within *timeout_s* (a bound for what settles within a
+    second on working code: a watch delivering, a ledger snapshot refreshing)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def wait_pod(installed: Installed, name: str, done: Any, what: str) -> dict[str, Any]:
     """The pod once ``done(pod)`` holds, read from the API server; fails after FLOW_WAIT_S with
     the pod and kube-scheduler's log."""
@@ -190,11 +205,14 @@ def _wait_for(what: str, check: Any, timeout_s: float = CONTROLLER_WAIT_S) -> An
     raise TimeoutError(f"{what}: not within {timeout_s} s")
 
 
-def install(plane: ControlPlane, values: dict[str, Any] | None = None) -> Installed:
+def install(
+    plane: ControlPlane, values: dict[str, Any] | None = None, *, client_qps: int | None = None
+) -> Installed:
     """Install xpushare on *plane* as the chart renders it with *values* (default
     :data:`CHART_VALUES`): every object it renders created for real, our scheduler as a
     process on its ServiceAccount's token, the chart's webhook registered with the API server
-    and its KubeSchedulerConfiguration run by kube-scheduler, pointed at that process."""
+    and its KubeSchedulerConfiguration run by kube-scheduler, pointed at that process.
+    *client_qps* overrides kube-scheduler's client rate limit (its default: 50/s, burst 100)."""
     from kubernetes.client.rest import ApiException
 
     pki = plane.pki
@@ -248,9 +266,10 @@ def install(plane: ControlPlane, values: dict[str, Any] | None = None) -> Instal
         webhook_config(strip(webhook), f"{url}{path}", pki.ca_cert.read_bytes())
     )
     rendered = config_file(chart, "kube-scheduler.yaml")
-    kube_scheduler = plane.start_scheduler(
-        extender_config(rendered, url, pki.ca_cert), kubeconfig=kube_scheduler_kubeconfig
-    )
+    config = extender_config(rendered, url, pki.ca_cert)
+    if client_qps is not None:
+        config["clientConnection"] = {"qps": client_qps, "burst": 2 * client_qps}
+    kube_scheduler = plane.start_scheduler(config, kubeconfig=kube_scheduler_kubeconfig)
     # Up once it serves nothing yet: its readiness is its Lease, which the tests see as pods
     # being scheduled; here only an early exit (a refused config) is caught.
     time.sleep(0.5)

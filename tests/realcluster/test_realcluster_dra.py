@@ -5,30 +5,42 @@ multiple allocations with consumable capacities (memory, cores, shares; KEP 5075
 by default in Kubernetes 1.36). Here kube-apiserver validates those slices as our code builds
 them, kube-controller-manager's resourceclaim controller makes a pod's claim from its
 template, and kube-scheduler's DynamicResources plugin allocates it with consumed capacity,
-then calls our extender to bind.
+while our extender ranks the nodes (/dra/prioritize) and books each claim in its ledger.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
-from chartkit import find, render, strip
-from realkit import GROUP_LABEL, PODS_NAMESPACE, Installed, wait_pod
+from chartkit import find
+from realkit import (
+    GROUP_LABEL,
+    PODS_NAMESPACE,
+    Installed,
+    eventually,
+    ledger_memory,
+    wait_pod,
+)
 
+from xpushare.codec import encode_inventory, inventory_key
 from xpushare.models import Device
 from xpushare.node.dra.slices import build_slices, device_entry, device_name, driver_name
 from xpushare.testing.realcluster import create_ready_node, ready_node
 
 pytestmark = pytest.mark.realcluster
 
+REQUEST_COUNT = "xpushare_scheduler_request_duration_seconds_count"
+
 A100_MIB = 81920
 
 
 def dra_node(installed: Installed, name: str, group: str, gpus: int = 2) -> list[Device]:
-    """A Ready node without device-plugin resources, its NVIDIA devices published as our
-    node agent publishes them in dra mode; the devices."""
-    node = create_ready_node(installed.core, ready_node(name, labels={GROUP_LABEL: group}))
+    """A Ready node without device-plugin resources whose NVIDIA devices are published as our
+    node agent publishes them in dra mode: ResourceSlices, and the inventory annotation the
+    agent keeps in both modes (the scheduler's ledger finds a claim's device by it); the
+    devices."""
     devices = [
         Device(
             vendor="nvidia",
@@ -40,6 +52,10 @@ def dra_node(installed: Installed, name: str, group: str, gpus: int = 2) -> list
         )
         for index in range(gpus)
     ]
+    annotations = {inventory_key("nvidia"): encode_inventory("nvidia", name, devices)}
+    node = create_ready_node(
+        installed.core, ready_node(name, annotations, labels={GROUP_LABEL: group})
+    )
     slices = build_slices(
         node=name,
         node_uid=node.metadata.uid,
@@ -52,11 +68,12 @@ def dra_node(installed: Installed, name: str, group: str, gpus: int = 2) -> list
 
 
 def test_claim_template_gets_a_shared_device_with_consumed_capacity(installed: Installed) -> None:
-    # The chart's DeviceClasses, as it renders them for dra mode.
-    classes = find(render({"nodeAgent": {"mode": "dra"}}), "DeviceClass")
-    assert classes, "the chart renders no DeviceClass in dra mode"
-    installed.plane.apply([strip(c) for c in classes])
-    devices = dra_node(installed, "gpu-dra-1", group="dra")
+    # The chart's DeviceClasses were created with everything it renders (nodes of both modes).
+    classes = find(installed.chart, "DeviceClass")
+    assert "nvidia.xpushare.io" in {c["metadata"]["name"] for c in classes}
+    # Two nodes: kube-scheduler skips scoring (and our /dra/prioritize) for a single one.
+    devices = {name: dra_node(installed, name, group="dra") for name in ("gpu-dra-1", "gpu-dra-2")}
+    ranked = installed.metric(REQUEST_COUNT, verb="dra-prioritize")
 
     # docs/dra.md's example: 8 GiB and 30 % of one A100.
     template = {
@@ -98,23 +115,36 @@ def test_claim_template_gets_a_shared_device_with_consumed_capacity(installed: I
         )
         for p in pods
     ]
-    assert {p["spec"]["nodeName"] for p in bound} == {"gpu-dra-1"}
+    nodes = {p["spec"]["nodeName"] for p in bound}
+    assert nodes <= set(devices)
     resource = client_resource(installed)
     claims = resource.list_namespaced_resource_claim(PODS_NAMESPACE).items
     ours = [c for c in claims if c.metadata.name.startswith("dra-")]
     # One claim per pod, made from the template by kube-controller-manager.
     assert len(ours) == 2, [c.metadata.name for c in claims]
-    names = {device_name(d.id) for d in devices}
+    by_name = {device_name(d.id): (node, d.id) for node, found in devices.items() for d in found}
+    booked: dict[str, Counter[str]] = {node: Counter() for node in devices}
     for claim in ours:
         (result,) = claim.status.allocation.devices.results
         assert result.driver == driver_name("nvidia")
-        assert result.pool == "gpu-dra-1"
-        assert result.device in names
+        assert result.pool in nodes
+        node, device_id = by_name[result.device]
+        assert node == result.pool
         # Consumable capacity: the claim holds part of the device, not all of it.
         assert result.consumed_capacity["memory"] == "8Gi"
         assert result.consumed_capacity["cores"] == "30"
         assert result.consumed_capacity["shares"] == "1"
         assert result.share_id
+        booked[node][device_id] += 8192
+    # Our extender ranked the nodes (the chart's second extender entry), and our ledger books
+    # each claim on its device with the memory it consumed.
+    assert installed.metric(REQUEST_COUNT, verb="dra-prioritize") > ranked
+    wanted = {node: dict(memory) for node, memory in booked.items()}
+
+    def ledger() -> dict[str, dict[str, int]]:
+        return {node: ledger_memory(installed, node) for node in booked}
+
+    assert eventually(lambda: ledger() == wanted), (ledger(), wanted)
 
 
 def is_bound(pod: dict[str, Any]) -> bool:

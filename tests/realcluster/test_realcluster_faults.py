@@ -9,7 +9,6 @@ session's tests must not inherit what the fault leaves behind.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from realkit import (
     A100_MIB,
     PODS_NAMESPACE,
     Installed,
+    eventually,
     hami_pod,
     ledger_memory,
     nvidia_node,
@@ -44,15 +44,6 @@ def assigned(pod: dict[str, Any]) -> bool:
     return bool(pod["spec"].get("nodeName")) and ASSIGNMENT_KEY in annotations
 
 
-def eventually(check: Any, timeout_s: float = RESUME_WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="scheduler/kube.py's watch() lets aiohttp.ClientPayloadError (a watch stream cut "
@@ -74,7 +65,7 @@ def test_apiserver_killed_mid_burst_leaves_no_double_booking(own_installed: Inst
         print(f"kube-apiserver was away {away:.1f} s", file=sys.stderr)
         # Our scheduler's watches resumed: a node made now reaches its ledger.
         nvidia_node(installed, "gpu-fault-2", group="elsewhere")
-        assert eventually(lambda: installed.samples(CAPACITY, node="gpu-fault-2")), (
+        assert eventually(lambda: installed.samples(CAPACITY, node="gpu-fault-2"), RESUME_WAIT_S), (
             "our scheduler never saw a node created after the restart"
         )
         for name in names[HALF:]:
@@ -85,4 +76,4 @@ def test_apiserver_killed_mid_burst_leaves_no_double_booking(own_installed: Inst
     assert sum(shares.values()) == 2 * HALF
     assert max(memory.values()) <= A100_MIB, memory
     assert max(shares.values()) <= 10, shares
-    assert eventually(lambda: ledger_memory(installed, node) == dict(memory))
+    assert eventually(lambda: ledger_memory(installed, node) == dict(memory), RESUME_WAIT_S)
