@@ -31,6 +31,14 @@ sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
 from realkit import Installed, install  # noqa: E402
 
+#: Leader election a test can watch change hands within seconds, slack enough that a loaded
+#: 2-core machine does not lose the Lease by itself (the chart's defaults: 15 / 10 / 2 s).
+FAST_LEASE = {
+    "leader.lease_duration_s": "4",
+    "leader.renew_deadline_s": "3",
+    "leader.retry_period_s": "0.5",
+}
+
 
 def kube_binaries_folder() -> Path:
     named = os.environ.get("XPUSHARE_KUBE_BIN")
@@ -84,6 +92,16 @@ def own_installed(
     plane (the session's tests must not inherit what a fault leaves behind)."""
     with ControlPlane(kube_binaries, tmp_path_factory.mktemp("realcluster-own")) as plane:
         yield install(plane)
+
+
+@pytest.fixture(scope="module")
+def replicated(
+    kube_binaries: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Installed]:
+    """Two replicas of our scheduler behind a ReadyProxy (the chart's Service), on a control
+    plane of the module's own, with a Lease short enough for a test to see it pass."""
+    with ControlPlane(kube_binaries, tmp_path_factory.mktemp("realcluster-replicas")) as plane:
+        yield install(plane, replicas=2, settings=FAST_LEASE)
 
 
 @pytest.fixture(autouse=True)

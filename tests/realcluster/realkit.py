@@ -15,6 +15,7 @@ from xpushare.codec import ASSIGNMENT_KEY, decode_assignment, encode_inventory, 
 from xpushare.models import Device
 from xpushare.testing.realcluster import (
     ControlPlane,
+    ReadyProxy,
     create_ready_node,
     extender_config,
     ready_node,
@@ -50,6 +51,9 @@ class Installed:
     core: Any
     scheduler_url: str
     chart: list[dict[str, Any]]
+    #: Each replica's own URL (``scheduler_url`` is the ready one's, through a proxy when
+    #: there are several).
+    replica_urls: list[str]
 
     def samples(self, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
         """The samples of a metric of our scheduler's /metrics whose labels include
@@ -169,11 +173,14 @@ def eventually(check: Any, timeout_s: float = 15.0) -> bool:
     return True
 
 
-def wait_pod(installed: Installed, name: str, done: Any, what: str) -> dict[str, Any]:
-    """The pod once ``done(pod)`` holds, read from the API server; fails after FLOW_WAIT_S with
-    the pod and kube-scheduler's log."""
+def wait_pod(
+    installed: Installed, name: str, done: Any, what: str, *, deadline: float | None = None
+) -> dict[str, Any]:
+    """The pod once ``done(pod)`` holds, read from the API server; fails after FLOW_WAIT_S (or
+    at the ``time.monotonic()`` *deadline*) with the pod and both schedulers' logs."""
     api = installed.core.api_client
-    deadline = time.monotonic() + FLOW_WAIT_S
+    if deadline is None:
+        deadline = time.monotonic() + FLOW_WAIT_S
     current: dict[str, Any] = {}
     while time.monotonic() < deadline:
         current = api.sanitize_for_serialization(
@@ -185,7 +192,7 @@ def wait_pod(installed: Installed, name: str, done: Any, what: str) -> dict[str,
     tail = installed.plane.component("kube-scheduler").log_tail()
     ours = installed.plane.component("xpushare-scheduler").log_tail()
     raise AssertionError(
-        f"pod {PODS_NAMESPACE}/{name} not {what} within {FLOW_WAIT_S} s: {current}\n"
+        f"pod {PODS_NAMESPACE}/{name} not {what} in time: {current}\n"
         f"--- kube-scheduler\n{tail}\n--- xpushare scheduler\n{ours}"
     )
 
@@ -206,13 +213,21 @@ def _wait_for(what: str, check: Any, timeout_s: float = CONTROLLER_WAIT_S) -> An
 
 
 def install(
-    plane: ControlPlane, values: dict[str, Any] | None = None, *, client_qps: int | None = None
+    plane: ControlPlane,
+    values: dict[str, Any] | None = None,
+    *,
+    client_qps: int | None = None,
+    replicas: int = 1,
+    settings: dict[str, str] | None = None,
 ) -> Installed:
     """Install xpushare on *plane* as the chart renders it with *values* (default
     :data:`CHART_VALUES`): every object it renders created for real, our scheduler as a
     process on its ServiceAccount's token, the chart's webhook registered with the API server
     and its KubeSchedulerConfiguration run by kube-scheduler, pointed at that process.
-    *client_qps* overrides kube-scheduler's client rate limit (its default: 50/s, burst 100)."""
+    *client_qps* overrides kube-scheduler's client rate limit (its default: 50/s, burst 100).
+    With *replicas* > 1 the others wait for the Lease, and a :class:`ReadyProxy` stands for
+    the chart's Service in front of them (new connections go to the ready one, the leader).
+    *settings* are passed to every replica (``--set``)."""
     from kubernetes.client.rest import ApiException
 
     pki = plane.pki
@@ -253,9 +268,23 @@ def install(
         common_name=SCHEDULER_SERVICE,
         hosts=("127.0.0.1", SCHEDULER_SERVICE),
     )
-    _, url = start_xpushare_scheduler(
-        plane, scheduler_yaml, kubeconfig=scheduler_kubeconfig, serving=serving
-    )
+    urls = []
+    for index in range(replicas):
+        _, url = start_xpushare_scheduler(
+            plane,
+            scheduler_yaml,
+            kubeconfig=scheduler_kubeconfig,
+            serving=serving,
+            settings={"leader.identity": f"replica-{index}", **(settings or {})},
+            name="xpushare-scheduler" if index == 0 else f"xpushare-scheduler-{index}",
+            standby=index > 0,
+        )
+        urls.append(url)
+    url = urls[0]
+    if replicas > 1:
+        proxy = ReadyProxy(urls, pki.ca_cert)
+        plane.on_stop(proxy.close)
+        url = proxy.url
 
     from kubernetes import client
 
@@ -275,4 +304,4 @@ def install(
     time.sleep(0.5)
     if not kube_scheduler.alive():
         raise RuntimeError(f"kube-scheduler exited:\n{kube_scheduler.log_tail()}")
-    return Installed(plane, core, url, chart)
+    return Installed(plane, core, url, chart, urls)

@@ -44,6 +44,7 @@ __all__ = [
     "ControlPlane",
     "HandoffReleaser",
     "Pki",
+    "ReadyProxy",
     "binaries_missing",
     "create_ready_node",
     "extender_config",
@@ -349,6 +350,12 @@ class ControlPlane:
         self.admin_kubeconfig = work / "admin.kubeconfig"
         self._admin_cert: tuple[Path, Path] | None = None
         self._clients: list[Any] = []
+        self._closers: list[Any] = []
+
+    def on_stop(self, close: Any) -> None:
+        """Call *close()* when the control plane stops, before its components end (a proxy
+        or a thread of a test that talks to it)."""
+        self._closers.append(close)
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -390,6 +397,10 @@ class ControlPlane:
 
     def stop(self) -> None:
         """End every component, newest first (the API server outlives its clients)."""
+        for close in reversed(self._closers):
+            with contextlib.suppress(Exception):
+                close()
+        self._closers.clear()
         for client in self._clients:
             with contextlib.suppress(Exception):
                 client.close()
@@ -627,11 +638,13 @@ def start_xpushare_scheduler(
     serving: tuple[Path, Path],
     settings: dict[str, str] | None = None,
     name: str = "xpushare-scheduler",
+    standby: bool = False,
 ) -> tuple[Component, str]:
     """Run ``xpushare scheduler`` as a process against *plane* with *config_file* (the chart's
     ``scheduler.yaml``), authenticated by *kubeconfig*, serving TLS with *serving* (cert, key)
     on a free loopback port; returns it and its ``https://127.0.0.1:PORT`` once /readyz
-    answers 200 (synced and, with leader election on, leading)."""
+    answers 200 (synced and, with leader election on, leading), or with *standby* once
+    /healthz does (a replica that waits for the Lease is never ready)."""
     port = free_port()
     args = [
         sys.executable,
@@ -660,8 +673,106 @@ def start_xpushare_scheduler(
     plane.components.append(component)
     url = f"https://127.0.0.1:{port}"
     assert plane.pki is not None
-    wait_url(component, f"{url}/readyz", plane.pki.ca_cert)
+    wait_url(component, f"{url}/{'healthz' if standby else 'readyz'}", plane.pki.ca_cert)
     return component, url
+
+
+class ReadyProxy:
+    """A TCP proxy to whichever of *backends* answers ``/readyz`` with 200: what a Service with
+    a readiness probe gives kube-scheduler and kube-apiserver in front of scheduler replicas
+    (only the leader is ready). TLS passes through untouched, so the replicas' serving
+    certificate is what the clients verify. As with kube-proxy, a connection stays with the
+    backend it was opened to; only new connections follow readiness.
+    """
+
+    #: How long a new connection waits for some backend to be ready before it is closed.
+    PICK_WAIT_S = 10.0
+
+    def __init__(self, backends: list[str], ca_file: Path) -> None:
+        import threading
+
+        self.backends = list(backends)
+        self.context = ssl.create_default_context(cafile=str(ca_file))
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._server.settimeout(0.2)
+        self._stop = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, name="ready-proxy", daemon=True)
+        self._thread.start()
+
+    def ready_backend(self) -> str | None:
+        """The first backend whose /readyz answers 200 now."""
+        for url in self.backends:
+            try:
+                with urllib.request.urlopen(
+                    f"{url}/readyz", timeout=0.5, context=self.context
+                ) as answer:
+                    if answer.status == 200:
+                        return url
+            except (urllib.error.URLError, OSError):
+                continue
+        return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(STOP_WAIT_S)
+        self._server.close()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.close()
+            self._sockets.clear()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        import threading
+
+        deadline = time.monotonic() + self.PICK_WAIT_S
+        url = self.ready_backend()
+        while url is None and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(0.1)
+            url = self.ready_backend()
+        if url is None:
+            client.close()
+            return
+        port = int(url.rsplit(":", 1)[1])
+        try:
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        client.settimeout(None)
+        with self._lock:
+            self._sockets += [client, upstream]
+        for source, target in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, target):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class HandoffReleaser:
