@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +73,14 @@ def kube_binaries() -> Path:
     return folder
 
 
+def timed(what: str, plane: ControlPlane, installer: Any) -> Installed:
+    """``installer(plane)``, its time recorded with the plane's own for the summary."""
+    started = time.monotonic()
+    installed: Installed = installer(plane)
+    STARTS.append((what, plane.started_s, plane.started_s + time.monotonic() - started))
+    return installed
+
+
 @pytest.fixture(scope="session")
 def control_plane(
     kube_binaries: Path, tmp_path_factory: pytest.TempPathFactory
@@ -81,38 +91,61 @@ def control_plane(
 
 @pytest.fixture(scope="session")
 def installed(control_plane: ControlPlane) -> Installed:
-    return install(control_plane)
+    return timed("session", control_plane, install)
 
 
 @pytest.fixture(scope="module")
 def own_installed(
-    kube_binaries: Path, tmp_path_factory: pytest.TempPathFactory
+    kube_binaries: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Installed]:
     """A control plane and xpushare of the module's own, for tests that break the control
     plane (the session's tests must not inherit what a fault leaves behind)."""
     with ControlPlane(kube_binaries, tmp_path_factory.mktemp("realcluster-own")) as plane:
-        yield install(plane)
+        yield timed(request.module.__name__, plane, install)
 
 
 @pytest.fixture(scope="module")
 def replicated(
-    kube_binaries: Path, tmp_path_factory: pytest.TempPathFactory
+    kube_binaries: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Installed]:
     """Two replicas of our scheduler behind a ReadyProxy (the chart's Service), on a control
     plane of the module's own, with a Lease short enough for a test to see it pass."""
     with ControlPlane(kube_binaries, tmp_path_factory.mktemp("realcluster-replicas")) as plane:
-        yield install(plane, replicas=2, settings=FAST_LEASE)
+        yield timed(
+            request.module.__name__,
+            plane,
+            lambda p: install(p, replicas=2, settings=FAST_LEASE),
+        )
 
 
 @pytest.fixture(autouse=True)
 def nothing_forbidden(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After each test, neither scheduler was refused a call by the chart's RBAC: a 403 that
-    a retry loop swallowed (a watch, an event) fails the test that caused it."""
-    yield
+    """After each test on the session's cluster, neither scheduler was refused a call by the
+    chart's RBAC while it ran: a 403 that a retry loop swallowed (a watch, an event) fails the
+    test that caused it (and only that one: each test reads the lines logged during it)."""
     if "installed" not in request.fixturenames:
+        yield
         return
     installed: Installed = request.getfixturevalue("installed")
-    for name in ("xpushare-scheduler", "kube-scheduler"):
-        log = installed.plane.component(name).log_path.read_text(errors="replace")
-        refused = [line for line in log.splitlines() if "forbidden" in line.lower()]
+    names = ("xpushare-scheduler", "kube-scheduler")
+    paths = {name: installed.plane.component(name).log_path for name in names}
+    start = {name: path.stat().st_size for name, path in paths.items()}
+    yield
+    for name, path in paths.items():
+        with path.open("rb") as log:
+            log.seek(start[name])
+            text = log.read().decode(errors="replace")
+        refused = [line for line in text.splitlines() if "forbidden" in line.lower()]
         assert not refused, f"{name} was refused by RBAC:\n" + "\n".join(refused[:5])
+
+
+#: Start-up times of the control planes of this session, for the summary.
+STARTS: list[tuple[str, float, float]] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for what, plane_s, total_s in STARTS:
+        terminalreporter.write_line(
+            f"realcluster: {what}: etcd, kube-apiserver and kube-controller-manager up in "
+            f"{plane_s:.1f} s; with the chart, our scheduler and kube-scheduler in {total_s:.1f} s"
+        )
