@@ -63,7 +63,7 @@ def kube_binaries() -> Path:
     if missing:
         message = (
             f"real-cluster suite: {', '.join(missing)} not built in {folder}. Build them once "
-            "with `scripts/kube-binaries` (Go 1.26 and the module proxy; tens of minutes cold "
+            "with `scripts/kube-binaries` (Go 1.26 and the module proxy; 4-7 minutes cold "
             "on 2 cores, cached after) or name a folder in XPUSHARE_KUBE_BIN."
         )
         # CI, and a folder named on purpose, must never pass by skipping the suite.
