@@ -40,3 +40,19 @@ def test_the_agents_client_does_not_import_the_official_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_kubeconfig_token_is_sent(tmp_path) -> None:
+    # A kubeconfig user with a bearer token (a ServiceAccount's, an exec plugin's): the
+    # official loader keeps it under "BearerToken" since kubernetes 37; without it the agent
+    # spoke to a real API server as system:anonymous (tests/realcluster).
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: abc123}}]\n"
+        "contexts: [{name: u, context: {cluster: c, user: u}}]\ncurrent-context: u\n"
+    )
+    client = KubeClient.from_environment("n", kubeconfig=str(kubeconfig), environ={})
+    assert client.endpoint.authorization() == "Bearer abc123"
+    client.close()

@@ -115,7 +115,9 @@ async def test_a_copied_assignment_is_removed(sched, http):
             {"gpu": "1", "mem": "16Gi"},
             "'16Gi' read as bytes is 16384 MiB: write " + MEM + ": 16384",
         ),
-        ({"gpu": "1", "mem": "1k"}, "'1k' read as bytes is 1 MiB"),
+        ({"gpu": "1", "mem": "1Ki"}, "'1Ki' read as bytes is 1 MiB"),
+        # Too large to be a plain number of MiB: the user meant bytes.
+        ({"gpu": "1", "mem": "16G"}, "'16G' read as bytes is 15259 MiB"),
     ],
 )
 async def test_invalid_requests_are_denied_precisely(api, sched, http, limits, words):
@@ -125,6 +127,18 @@ async def test_invalid_requests_are_denied_precisely(api, sched, http, limits, w
     assert response["allowed"] is False
     assert words in response["status"]["message"]
     assert "container 'main'" in response["status"]["message"]
+
+
+@pytest.mark.parametrize("stored", ["8k", "80k"])
+async def test_a_plain_number_the_api_server_rewrote_with_a_suffix_is_admitted(
+    api, sched, http, stored
+):
+    # kube-apiserver stores `mock-gpumem: 8000` in canonical form and sends the webhook "8k"
+    # (seen on a real 1.36 API server, tests/realcluster): it is 8000 MiB, never 8000 bytes.
+    add_nodes(api, 1)
+    await sched.settle(api)
+    response = await admit(sched, http, gpu(gpu="1", mem=stored))
+    assert response["allowed"] is True, response
 
 
 async def test_isolation_bypass_is_refused_unless_the_namespace_is_allowed(

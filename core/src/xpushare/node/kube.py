@@ -177,8 +177,14 @@ def _from_kubeconfig(kubeconfig: str | None) -> ApiEndpoint:
         cert_file=configuration.cert_file,
         key_file=configuration.key_file,
         verify=bool(configuration.verify_ssl),
-        # Refreshes exec-plugin and file tokens as the official client does.
-        authorization=lambda: configuration.get_api_key_with_prefix("authorization"),
+        # Refreshes exec-plugin and file tokens as the official client does. The loader of
+        # kubernetes >= 37 keeps the token under "BearerToken" (the generated client's auth
+        # setting); asking only for the older "authorization" sent no token at all, which a
+        # real API server answers as system:anonymous (tests/realcluster).
+        authorization=lambda: (
+            configuration.get_api_key_with_prefix("BearerToken")
+            or configuration.get_api_key_with_prefix("authorization")
+        ),
     )
 
 

@@ -38,7 +38,13 @@ from xpushare.models import (
 from xpushare.models.request import MAX_DEVICE_COUNT, MAX_DEVICE_MEMORY_MIB
 from xpushare.native import LibraryThread, NativeError, NodeContext
 from xpushare.plugins import validation
-from xpushare.scheduling.quantity import MIB, has_unit, parse_quantity, shown
+from xpushare.scheduling.quantity import (
+    MIB,
+    has_unit,
+    may_be_canonical_integer,
+    parse_quantity,
+    shown,
+)
 
 if TYPE_CHECKING:
     import pluggy
@@ -231,6 +237,11 @@ class VendorHandle:
         if raw is None:
             raw = container.requests.get(name)
         if raw is None or not has_unit(raw):
+            return
+        if may_be_canonical_integer(raw) and memory_mib <= MAX_DEVICE_MEMORY_MIB:
+            # kube-apiserver stores and sends `nvidia.com/gpumem: 8000` as "8k": a plain
+            # number, read as one (HAMi reads it so); a value too large to be one (a user's
+            # "16G") still gets the advice below.
             return
         try:
             value = parse_quantity(raw)

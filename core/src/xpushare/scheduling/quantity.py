@@ -85,6 +85,20 @@ def has_unit(value: str) -> bool:
     return value.strip()[-1:].isalpha()
 
 
+#: A whole number followed by a decimal SI suffix: how kube-apiserver writes a plain integer it
+#: stores (its canonical form takes the largest power of 1000 that keeps the mantissa whole:
+#: ``8000`` is stored and sent to webhooks as ``8k``, ``16000000`` as ``16M``).
+_CANONICAL_INTEGER = re.compile(r"^[0-9]+[kMGTPE]$")
+
+
+def may_be_canonical_integer(value: str) -> bool:
+    """Whether *value* may be a plain number the API server rewrote in canonical form
+    (``8k`` for ``8000``): a whole number with a decimal SI suffix. Such a text cannot tell
+    whether a user wrote ``8k`` or ``8000``, so readers of unit-less resources (HAMi's
+    ``nvidia.com/gpumem``, Go's ``Quantity.Value()``) take its value, 8000."""
+    return _CANONICAL_INTEGER.match(value.strip()) is not None
+
+
 def parse_quantity(value: str | int | float) -> Decimal:
     """The value of a quantity in base units (cores, bytes).
 

@@ -2,8 +2,9 @@
 
 Why a public package: vendor plugin authors test against the same fakes the core uses (fake
 vendor libraries compiled from C, a fake kubelet, a fake API server, the whole pod flow, a
-wheel installed in a fresh environment), so these helpers are part of the plugin API. Import
-the modules you need, e.g. ``from xpushare.testing.clib import compile_shared_library``; the
+wheel installed in a fresh environment, a real Kubernetes control plane), so these helpers
+are part of the plugin API. Import the modules you need, e.g.
+``from xpushare.testing.clib import compile_shared_library``; the
 harnesses are also importable from here (``from xpushare.testing import PodFlow``), loaded
 only when first used, so importing one small helper does not start the scheduler's imports.
 """
@@ -18,10 +19,13 @@ if TYPE_CHECKING:
     from xpushare.testing.hosts import VendorHosts, vendor_host
     from xpushare.testing.nodeagent import RunningAgent, run_node_agent, short_socket_dir
     from xpushare.testing.podflow import PodFlow
+    from xpushare.testing.realcluster import ControlPlane, HandoffReleaser
     from xpushare.testing.wheels import FreshEnv, WheelCache, clean_environ, install_in_fresh_venv
 
 __all__ = [
+    "ControlPlane",
     "FreshEnv",
+    "HandoffReleaser",
     "LibraryVariants",
     "PodFlow",
     "RunningAgent",
@@ -39,6 +43,8 @@ _HOMES = {
     "VendorHosts": "xpushare.testing.hosts",
     "vendor_host": "xpushare.testing.hosts",
     "PodFlow": "xpushare.testing.podflow",
+    "ControlPlane": "xpushare.testing.realcluster",
+    "HandoffReleaser": "xpushare.testing.realcluster",
     "RunningAgent": "xpushare.testing.nodeagent",
     "run_node_agent": "xpushare.testing.nodeagent",
     "short_socket_dir": "xpushare.testing.nodeagent",

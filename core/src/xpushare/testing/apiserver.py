@@ -13,6 +13,9 @@ implements them for the endpoints xpushare uses, and nothing else:
   stored generically; deleting an object deletes what names it in ``ownerReferences`` (the
   garbage collector's work, done at once);
   TokenReviews and SubjectAccessReviews are answered by :attr:`FakeApiServer.reviewers`;
+* a pod created over HTTP has its resources defaulted as kube-apiserver does (requests from
+  limits, whole numbers in canonical form: ``8000`` is stored as ``8k``; ``put`` stores what
+  a test gives, as is);
 * list (with ``labelSelector`` ``k=v`` and ``fieldSelector`` ``a.b=v`` / ``a.b!=v``), get,
   create (``generateName`` too), replace, delete;
 * patch as JSON merge patch (RFC 7386; a strategic merge patch is treated the same way, which
@@ -652,6 +655,8 @@ class FakeApiServer:
             raise ApiStatusError(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _now()
+        if plural == "pods":
+            default_pod_resources(obj)
         return self._store(plural, key, obj, "ADDED")
 
     def _existing(self, key: tuple[str, str | None, str]) -> Object:
@@ -746,6 +751,49 @@ class FakeApiServer:
             if loop.time() > deadline:
                 raise TimeoutError("condition not met in time")
             await asyncio.sleep(interval_s)
+
+
+#: Decimal SI suffixes by power of ten, as kube-apiserver writes a quantity's canonical form.
+_DECIMAL_SUFFIXES = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
+def canonical_integer(value: Any) -> Any:
+    """A plain whole number in kube-apiserver's canonical form, other values as given.
+
+    The real server stores and returns every quantity canonically: the largest power of 1000
+    that keeps the number whole becomes a suffix, so ``8000`` comes back (and reaches every
+    webhook) as ``8k``. Only plain whole numbers are rewritten here, the form HAMi-style
+    resources (``nvidia.com/gpumem: 8000``) are written in; ``16Gi`` or ``1.5`` pass as given.
+    """
+    text = str(value)
+    if not re.fullmatch(r"[0-9]+", text):
+        return value
+    number, power = int(text), 0
+    while number and number % 1000 == 0 and power < 18:
+        number, power = number // 1000, power + 3
+    return f"{number}{_DECIMAL_SUFFIXES[power]}"
+
+
+def default_pod_resources(obj: Object) -> None:
+    """What kube-apiserver does to a created pod's resources (tests/realcluster showed it):
+    a container's limits stand for its missing requests, and whole numbers take their
+    canonical form (:func:`canonical_integer`)."""
+    spec = obj.get("spec") or {}
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(key) or []:
+            resources = container.get("resources")
+            if not isinstance(resources, dict):
+                continue
+            limits = resources.get("limits")
+            if isinstance(limits, dict) and limits:
+                requests = resources.setdefault("requests", {})
+                if isinstance(requests, dict):
+                    for name, quantity in limits.items():
+                        requests.setdefault(name, quantity)
+            for kind in ("limits", "requests"):
+                values = resources.get(kind)
+                if isinstance(values, dict):
+                    resources[kind] = {n: canonical_integer(v) for n, v in values.items()}
 
 
 def node(

@@ -1,0 +1,316 @@
+"""Pods per second through the real kube-scheduler, with and without our extender, in one run.
+
+Why: the extender must never be kube-scheduler's bottleneck (issue 32's target: with it, at
+least 0.75x kube-scheduler's throughput without it). Every other benchmark drives our
+scheduler with a load generator of ours; here the real control plane of tools/kube (etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler) drives it, with the chart installed
+as tests/realcluster installs it. Two kube-schedulers run side by side on the same nodes:
+
+* ``plain``: a profile of its own with no extender; its pods ask ``nvidia.com/gpu: 1`` only
+  (kube-scheduler's own fit against the nodes' allocatable) and skip our webhook;
+* ``extender``: the chart's KubeSchedulerConfiguration; its pods are HAMi pods
+  (``nvidia.com/gpu: 1``, ``nvidia.com/gpumem: 8000``, or the mock vendor's names) that our
+  webhook admits and our /filter, /prioritize and /bind place, a HandoffReleaser playing
+  the node agents.
+
+Each phase creates its pods from a few threads and times from the first create to the last
+pod bound (watched). Node objects only, no kubelet. Our scheduler's CPU (user+system) and
+RSS are read from /proc around the extender phase. Prints figures; asserts nothing.
+
+    scripts/kube-binaries                     # once
+    uv run python benchmarks/bench_realcluster.py --nodes 1000 --pods 1000
+    uv run python benchmarks/bench_realcluster.py --nodes 5000 --pods 2000 --vendor mock
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "deploy"))
+sys.path.insert(0, str(REPO / "tests" / "realcluster"))
+
+from realkit import Installed, install  # noqa: E402
+
+from xpushare.codec import encode_inventory, inventory_key  # noqa: E402
+from xpushare.models import Device  # noqa: E402
+from xpushare.testing.realcluster import (  # noqa: E402
+    ControlPlane,
+    HandoffReleaser,
+    create_ready_node,
+    ready_node,
+)
+
+#: Resource names per vendor: (count, memory) as pods write them.
+RESOURCES = {
+    "nvidia": ("nvidia.com/gpu", "nvidia.com/gpumem"),
+    "mock": ("xpushare.io/mock-gpu", "xpushare.io/mock-gpumem"),
+}
+
+#: Chart values per vendor: nvidia is the chart's default; mock as the chart's mock-only
+#: scenario (tests/deploy/chartkit.py).
+VALUES: dict[str, dict[str, Any]] = {
+    "nvidia": {},
+    "mock": {"vendors": {"nvidia": {"enabled": False}, "mock": {"enabled": True}}},
+}
+
+GPUS_PER_NODE = 8
+SHARES = 10
+A100_MIB = 81920
+PLAIN = "plain-scheduler"
+CREATE_THREADS = 8
+
+
+def binaries() -> Path:
+    named = os.environ.get("XPUSHARE_KUBE_BIN")
+    if named:
+        return Path(named)
+    answer = subprocess.run(
+        [str(REPO / "scripts" / "kube-binaries"), "--print"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(answer.stdout.strip().splitlines()[-1])
+
+
+def make_nodes(installed: Installed, vendor: str, count: int) -> float:
+    count_name = RESOURCES[vendor][0]
+
+    def one(index: int) -> None:
+        name = f"node-{index:05d}"
+        devices = [
+            Device(
+                vendor=vendor,
+                id=f"GPU-{name}-{i}",
+                index=i,
+                model="NVIDIA A100-SXM4-80GB",
+                memory_mib=A100_MIB,
+                share_slots=SHARES,
+            )
+            for i in range(GPUS_PER_NODE)
+        ]
+        annotations = {inventory_key(vendor): encode_inventory(vendor, name, devices)}
+        capacity = {count_name: str(GPUS_PER_NODE * SHARES)}
+        create_ready_node(installed.core, ready_node(name, annotations, capacity))
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(CREATE_THREADS) as pool:
+        list(pool.map(one, range(count)))
+    return time.monotonic() - started
+
+
+def pod(name: str, limits: dict[str, str], scheduler: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}]
+    }
+    labels = {}
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+        labels["xpushare.io/webhook"] = "ignore"  # the chart's webhook objectSelector
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }
+
+
+class BoundCounter:
+    """Counts pods of a namespace as they get a node, from a watch."""
+
+    def __init__(self, installed: Installed, namespace: str, wanted: int) -> None:
+        self.installed = installed
+        self.namespace = namespace
+        self.wanted = wanted
+        self.bound: set[str] = set()
+        self.last = 0.0
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from kubernetes import watch
+
+        version = ""
+        while not self.done.is_set():
+            options: dict[str, Any] = {"timeout_seconds": 5}
+            if version:
+                options["resource_version"] = version
+            try:
+                for event in watch.Watch().stream(  # type: ignore[no-untyped-call]
+                    self.installed.core.list_namespaced_pod, self.namespace, **options
+                ):
+                    obj = event["object"]
+                    version = obj.metadata.resource_version or version
+                    if obj.spec.node_name and obj.metadata.name not in self.bound:
+                        self.bound.add(obj.metadata.name)
+                        self.last = time.monotonic()
+                        if len(self.bound) >= self.wanted:
+                            self.done.set()
+                            return
+            except Exception:
+                time.sleep(0.1)
+
+
+def phase(
+    installed: Installed, namespace: str, count: int, limits: dict[str, str], scheduler: str | None
+) -> tuple[float, int]:
+    """Pods per second from the first create to the last bind, and how many got bound."""
+    core = installed.core
+    core.create_namespace({"metadata": {"name": namespace}})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        accounts = core.list_namespaced_service_account(namespace).items
+        if any(a.metadata.name == "default" for a in accounts):
+            break
+        time.sleep(0.1)
+    counter = BoundCounter(installed, namespace, count)
+    started = time.monotonic()
+    with ThreadPoolExecutor(CREATE_THREADS) as pool:
+        list(
+            pool.map(
+                lambda i: core.create_namespaced_pod(
+                    namespace, pod(f"p-{i:05d}", limits, scheduler)
+                ),
+                range(count),
+            )
+        )
+    counter.done.wait(max(120.0, count / 5))
+    counter.done.set()
+    elapsed = (counter.last or time.monotonic()) - started
+    return len(counter.bound) / elapsed if elapsed > 0 else 0.0, len(counter.bound)
+
+
+#: Server-side timers of our scheduler read around the extender phase: (metric, label).
+TIMERS = {
+    "filter": ("xpushare_scheduler_request_duration_seconds", "filter"),
+    "prioritize": ("xpushare_scheduler_request_duration_seconds", "prioritize"),
+    "bind": ("xpushare_scheduler_request_duration_seconds", "bind"),
+    "webhook": ("xpushare_scheduler_request_duration_seconds", "webhook"),
+    "bind waiting for a handoff": ("xpushare_scheduler_handoff_wait_seconds", ""),
+}
+
+
+def timers(installed: Installed) -> dict[str, tuple[float, float]]:
+    """(seconds, count) of each of TIMERS so far."""
+    found: dict[str, tuple[float, float]] = {}
+    for key, (metric, verb) in TIMERS.items():
+        labels = {"verb": verb} if verb else {}
+        found[key] = (
+            installed.metric(f"{metric}_sum", **labels),
+            installed.metric(f"{metric}_count", **labels),
+        )
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--vendor", choices=sorted(RESOURCES), default="nvidia")
+    parser.add_argument("--order", choices=("plain-first", "extender-first"), default="plain-first")
+    parser.add_argument(
+        "--qps",
+        type=int,
+        help="kube-scheduler's client rate limit in both schedulers (default: theirs, 50/s)",
+    )
+    args = parser.parse_args()
+
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-realcluster-") as work,
+        ControlPlane(binaries(), Path(work)) as plane,
+    ):
+        installed = install(plane, VALUES[args.vendor], client_qps=args.qps)
+        plain_config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": PLAIN}],
+            "percentageOfNodesToScore": 100,
+        }
+        if args.qps is not None:
+            plain_config["clientConnection"] = {"qps": args.qps, "burst": 2 * args.qps}
+        plane.start_scheduler(plain_config, name="kube-scheduler-plain")
+        made = make_nodes(installed, args.vendor, args.nodes)
+        print(
+            f"{args.nodes} nodes made in {made:.1f} s (control plane up in {plane.started_s:.1f} s)"
+        )
+        time.sleep(2)  # both schedulers' caches hold every node
+
+        count_name, memory_name = RESOURCES[args.vendor]
+        pid = installed.plane.component("xpushare-scheduler").process.pid
+        results: dict[str, tuple[float, int]] = {}
+        order = ["plain", "extender"]
+        if args.order == "extender-first":
+            order.reverse()
+        cpu = rss_before = rss_after = 0.0
+        spent: dict[str, tuple[float, float]] = {}
+        for which in order:
+            if which == "plain":
+                results[which] = phase(
+                    installed, "bench-plain", args.pods, {count_name: "1"}, PLAIN
+                )
+            else:
+                rss_before, cpu_before = rss_mib(pid), cpu_seconds(pid)
+                timers_before = timers(installed)
+                with HandoffReleaser(installed.core):
+                    results[which] = phase(
+                        installed,
+                        "bench-extender",
+                        args.pods,
+                        {count_name: "1", memory_name: "8000"},
+                        None,
+                    )
+                cpu = cpu_seconds(pid) - cpu_before
+                rss_after = rss_mib(pid)
+                spent = {
+                    key: (total - timers_before[key][0], n - timers_before[key][1])
+                    for key, (total, n) in timers(installed).items()
+                }
+
+    plain, extender = results["plain"], results["extender"]
+    print(
+        f"vendor {args.vendor}, {args.nodes} nodes x {GPUS_PER_NODE} GPUs, {args.pods} pods "
+        f"per phase, order {args.order}, kube-scheduler client qps {args.qps or 'default (50)'}"
+    )
+    print(f"{'phase':<10} {'bound':>7} {'pods/s':>8}")
+    print(f"{'plain':<10} {plain[1]:>7} {plain[0]:>8.1f}")
+    print(f"{'extender':<10} {extender[1]:>7} {extender[0]:>8.1f}")
+    ratio = extender[0] / plain[0] if plain[0] else 0.0
+    print(f"extender / plain: {ratio:.2f} (target >= 0.75)")
+    per_pod_ms = 1000 * cpu / extender[1] if extender[1] else 0.0
+    print(
+        f"xpushare scheduler: {per_pod_ms:.2f} ms CPU per pod, RSS {rss_before:.0f} -> "
+        f"{rss_after:.0f} MiB; server-side time of the extender phase:"
+    )
+    for key in sorted(spent):
+        total, n = spent[key]
+        if n:
+            print(f"  {key:<28} {int(n):>6} calls {1000 * total / n:>8.2f} ms mean")
+
+
+if __name__ == "__main__":
+    main()

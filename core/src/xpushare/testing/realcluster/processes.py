@@ -1,0 +1,136 @@
+"""The processes of a test control plane: started with their logs in files, waited on, ended.
+
+Why: every component (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, our
+scheduler) is started, waited for and stopped the same way, and a test that fails must never
+leave one running: terminate, then kill.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+Object = dict[str, Any]
+
+#: Bounds of waits that end within seconds on a working machine (etcd's first health answer,
+#: the API server's readiness after its post-start hooks: ~10 s on a loaded 2-core machine):
+#: only there so a broken start fails with the component's log instead of hanging.
+START_WAIT_S = 90.0
+
+#: Seconds a component gets to exit after SIGTERM before it is killed.
+STOP_WAIT_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Component:
+    """One process of the control plane, its output in ``<name>.log``."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """Terminate, then kill: never leaves the process behind."""
+        if self.alive():
+            self.process.terminate()
+            try:
+                self.process.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(STOP_WAIT_S)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def start_process(name: str, args: list[str], log_dir: Path, **popen: Any) -> Component:
+    """Start *args* with stdout and stderr into ``log_dir/<name>.log``."""
+    log_path = log_dir / f"{name}.log"
+    log = log_path.open("ab")
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, **popen)
+    return Component(name, process, log_path, log)
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_file: Path,
+    *,
+    cert: tuple[Path, Path] | None = None,
+    token: str | None = None,
+    user: str = "user",
+) -> Path:
+    """A kubeconfig with one cluster, one user (client certificate or bearer token) and one
+    context, current."""
+    credentials: Object = {}
+    if cert is not None:
+        credentials = {"client-certificate": str(cert[0]), "client-key": str(cert[1])}
+    if token is not None:
+        credentials["token"] = token
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "test", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+        ],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": user, "context": {"cluster": "test", "user": user}}],
+        "current-context": user,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def wait_url(
+    component: Component, url: str, ca_file: Path | None, timeout_s: float = START_WAIT_S
+) -> None:
+    """Wait until *url* answers 200 (over TLS trusting *ca_file* when given); fails with
+    *component*'s log when it exits first or *timeout_s* pass."""
+    context = None
+    if ca_file is not None:
+        context = ssl.create_default_context(cafile=str(ca_file))
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        if not component.alive():
+            raise RuntimeError(
+                f"{component.name} exited with {component.process.returncode} while "
+                f"starting; its log ({component.log_path}) ends:\n{component.log_tail()}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise TimeoutError(
+        f"{component.name} not ready at {url} within {timeout_s} s ({last}); its log "
+        f"({component.log_path}) ends:\n{component.log_tail()}"
+    )
