@@ -44,13 +44,6 @@ def assigned(pod: dict[str, Any]) -> bool:
     return bool(pod["spec"].get("nodeName")) and ASSIGNMENT_KEY in annotations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scheduler/kube.py's watch() lets aiohttp.ClientPayloadError (a watch stream cut "
-    "by a killed kube-apiserver) escape as is, and Informer.run() retries only KubeError and "
-    "ValueError: the informer task ends, silently, and the scheduler never sees a change "
-    "again (nodes, pods, handoff releases); see docs/testing-plugins.md",
-)
 def test_apiserver_killed_mid_burst_leaves_no_double_booking(own_installed: Installed) -> None:
     installed = own_installed
     node = "gpu-fault-1"

@@ -94,14 +94,6 @@ def create_retrying(core: Any, body: dict[str, Any]) -> int:
                 raise
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a replica that is not the leader answers kube-scheduler's /filter with a 200 "
-    "{Error: not the leader} on a kept-alive connection, which the Service (kube-proxy's "
-    "conntrack; ReadyProxy here) keeps pinned to it: kube-scheduler never reaches the new "
-    "leader and no pod is scheduled. Answering the non-leader case with 'Connection: close' "
-    "(scheduler/app.py _answer) makes this test pass; see docs/testing-plugins.md",
-)
 def test_leader_frozen_mid_burst_and_resumed_books_no_gpu_twice(replicated: Installed) -> None:
     installed = replicated
     nodes = {"gpu-lead-1", "gpu-lead-2"}

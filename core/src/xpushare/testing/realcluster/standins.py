@@ -18,11 +18,12 @@ from xpushare.testing.realcluster.processes import STOP_WAIT_S, free_port
 
 
 class ReadyProxy:
-    """A TCP proxy to whichever of *backends* answers ``/readyz`` with 200: what a Service with
-    a readiness probe gives kube-scheduler and kube-apiserver in front of scheduler replicas
-    (only the leader is ready). TLS passes through untouched, so the replicas' serving
-    certificate is what the clients verify. As with kube-proxy, a connection stays with the
-    backend it was opened to; only new connections follow readiness.
+    """A TCP proxy to whichever of *backends* answers ``/readyz`` with 200 (the leader): what
+    the chart's Service, which selects the leader's pod by its ``xpushare.io/leader`` label,
+    gives kube-scheduler and kube-apiserver in front of scheduler replicas. TLS passes
+    through untouched, so the replicas' serving certificate is what the clients verify. As
+    with kube-proxy, a connection stays with the backend it was opened to; only new
+    connections follow the leader.
     """
 
     #: How long a new connection waits for some backend to be ready before it is closed.
