@@ -542,9 +542,12 @@ class Webhook:
             if names.count not in container.limits and names.count not in container.requests:
                 additions[names.count] = str(request.count)
             # HAMi's rule: only where no memory resource is written at all (a memory of 0 is
-            # taken as not given, yet its container shares the device).
+            # taken as not given, yet its container shares the device). A request naming a
+            # partition (a MIG profile) is sized by it: 100 % compute would ask for the whole
+            # device's compute, which no instance smaller than the device holds.
             whole = (
-                request.memory_mib is None
+                request.partition is None
+                and request.memory_mib is None
                 and request.memory_percent is None
                 and request.compute_percent == 0
                 and not any(
