@@ -206,6 +206,33 @@ async def test_run_follows_changes_and_survives_api_errors():
             client.close()
 
 
+async def test_deleted_slices_are_published_again_without_waiting_for_the_next_pass():
+    # kubelet deletes the node's slices when it starts. The passes are an hour apart here, so
+    # only the watch of our slices can bring them back before the test's bound.
+    devices = VendorDevices("acme")
+    devices.set_detected([gpu(0)])
+    async with FakeApiServer() as api:
+        api.put("nodes", node_object())
+        client = KubeClient.for_host(NODE, api.url)
+        publisher = SlicePublisher(client, "acme", devices, interval_s=3600.0)
+        task = asyncio.create_task(publisher.run())
+        try:
+            async with asyncio.timeout(20):
+                while not ours(api):
+                    await asyncio.sleep(0.01)
+                for _ in range(2):  # twice: the watch goes on after the first repair
+                    before = ours(api)[0]["spec"]["pool"]["generation"]
+                    api.delete("resourceslices", ours(api)[0]["metadata"]["name"])
+                    while not ours(api):
+                        await asyncio.sleep(0.01)
+                    assert ours(api)[0]["spec"]["pool"]["generation"] > before
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            client.close()
+
+
 async def test_the_node_and_a_vendor_going_away_take_our_slices_only():
     devices = VendorDevices("acme")
     devices.set_detected([gpu(0)])

@@ -16,6 +16,11 @@ A pass, by the vendor's state:
   highest generation, so the pool is never seen half old, half new);
 * ``no-devices`` / ``inactive``: every slice of ours for this vendor is deleted.
 
+Deletions are not left to the next pass: kubelet deletes the node's slices whenever it starts,
+and the node would offer no devices until the reconcile interval (minutes) passed. A watch on
+this node's slices of the driver wakes the loop when one is deleted, so they are back within
+a round trip or two.
+
 The first pass after a start always writes a new generation: the API server may have
 reformatted the quantities we wrote (``81920Mi`` as ``80Gi``), so what it holds is not
 compared with what we would write, only with what we wrote.
@@ -41,6 +46,11 @@ log = logging.getLogger(__name__)
 
 #: First wait after a failed pass; doubled up to the reconcile interval.
 FIRST_RETRY_S = 0.5
+
+#: Seconds a watch of our slices lasts before the next is opened (it resumes where the last
+#: ended): the release tracker's figure (node/release.py), which keeps a silently dropped
+#: connection from hiding a deletion for more than five minutes.
+WATCH_TIMEOUT_S = 300
 
 #: The label that marks a slice as ours, with the vendor as its value.
 VENDOR_LABEL = f"{DOMAIN}/vendor"
@@ -104,6 +114,50 @@ class SlicePublisher:
         self._poke.set()
 
     async def run(self) -> None:
+        watcher = asyncio.ensure_future(self.watch_deletions())
+        try:
+            await self._run()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def watch_deletions(self) -> None:
+        """Reconcile at once when one of our slices is deleted (kubelet's start, a person).
+
+        Only deletions wake the loop: our own writes come back as ADDED and MODIFIED events,
+        and an edit by someone else is repaired by the next pass. A client without the watch
+        calls (a test's stand-in) leaves repairs to the passes.
+        """
+        listing = getattr(self.kube, "list_resource_slices_at", None)
+        watch = getattr(self.kube, "watch_resource_slices", None)
+        if listing is None or watch is None:
+            return
+        failures = 0
+        version = ""
+        while True:
+            try:
+                if not version:
+                    _, version = await listing(self.driver)
+                async for event in watch(self.driver, version, WATCH_TIMEOUT_S):
+                    obj = event.get("object") or {}
+                    meta = obj.get("metadata") or {} if isinstance(obj, dict) else {}
+                    version = str(meta.get("resourceVersion") or version)
+                    if event.get("type") == "DELETED":
+                        log.info("ResourceSlice %s was deleted: publishing again", _name(obj))
+                        self.poke()
+                failures = 0
+            except KubeError as exc:
+                # 410 Gone (the version is too old) and every other failure: list again.
+                version = ""
+                failures += 1
+                if failures == 1 or failures % 20 == 0:
+                    log.warning("watch of ResourceSlices of %s: %s (retrying)", self.driver, exc)
+                await asyncio.sleep(
+                    min(self.interval_s, FIRST_RETRY_S * 2 ** min(failures - 1, 16))
+                )
+
+    async def _run(self) -> None:
         failures = 0
         while True:
             view = self._devices.view
