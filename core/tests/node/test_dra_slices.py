@@ -233,6 +233,33 @@ async def test_deleted_slices_are_published_again_without_waiting_for_the_next_p
             client.close()
 
 
+async def test_without_device_taints_an_unhealthy_device_leaves_the_pool():
+    # An API server without DRADeviceTaints (before 1.36) drops the taints field: the device
+    # would look healthy to kube-scheduler. The publisher sees its taint gone from the stored
+    # slice and leaves the device out until it is healthy again.
+    devices = VendorDevices("acme")
+    devices.set_detected([gpu(0), gpu(1)])
+    dropped = {"resourceslices": ["spec.devices[].taints"]}
+    async with FakeApiServer(dropped_fields=dropped) as api:
+        api.put("nodes", node_object())
+        client, publisher = await publisher_for(api, devices)
+        try:
+            await publisher.reconcile(devices.view)
+            assert publisher.taints_kept  # nothing tainted was written yet
+            devices.apply_health([HealthEvent(device_id="GPU-0001-AB", healthy=False)])
+            await publisher.reconcile(devices.view)
+            assert not publisher.taints_kept
+            await publisher.reconcile(devices.view)
+            (obj,) = ours(api)
+            assert [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0000-ab"]
+            devices.apply_health([HealthEvent(device_id="GPU-0001-AB", healthy=True)])
+            await publisher.reconcile(devices.view)
+            (obj,) = ours(api)
+            assert [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0000-ab", "gpu-0001-ab"]
+        finally:
+            client.close()
+
+
 async def test_the_node_and_a_vendor_going_away_take_our_slices_only():
     devices = VendorDevices("acme")
     devices.set_detected([gpu(0)])

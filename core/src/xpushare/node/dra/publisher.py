@@ -104,6 +104,11 @@ class SlicePublisher:
         self.generation = 0
         self._written: list[JsonObject] | None = None
         self._node_uid: str | None = None
+        #: Whether the API server keeps device taints (DRADeviceTaints: beta and on from
+        #: 1.36). A server without the gate drops them silently, and a tainted (unhealthy)
+        #: device would look free to new claims; once a write comes back without the taints
+        #: it carried, unhealthy devices are left out of the pool instead.
+        self.taints_kept = True
         #: Passes that reached the API server without an error.
         self.passes = 0
         self.last_error = ""
@@ -203,6 +208,8 @@ class SlicePublisher:
             self._written = None
             return
         devices = pool_devices(view)
+        if not self.taints_kept:
+            devices = [d for d in devices if not d.get("taints")]
         wanted_names = {
             _name(s)
             for s in build_slices(
@@ -229,13 +236,14 @@ class SlicePublisher:
         for obj in desired:
             old = by_name.get(_name(obj))
             if old is None:
-                await self.kube.create_resource_slice(obj)
+                stored = await self.kube.create_resource_slice(obj)
             else:
                 body = dict(obj)
                 meta = dict(body["metadata"])
                 meta["resourceVersion"] = (old.get("metadata") or {}).get("resourceVersion")
                 body["metadata"] = meta
-                await self.kube.replace_resource_slice(_name(obj), body)
+                stored = await self.kube.replace_resource_slice(_name(obj), body)
+            self._check_taints_kept(obj, stored)
         for name in sorted(set(by_name) - {_name(o) for o in desired}):
             await self.kube.delete_resource_slice(name)
         self.generation = generation
@@ -248,6 +256,27 @@ class SlicePublisher:
             self.node,
             generation,
         )
+
+    def _check_taints_kept(self, sent: JsonObject, stored: JsonObject) -> None:
+        """Note a server that dropped the taints *sent* carried (see ``taints_kept``)."""
+        if not self.taints_kept or not stored:
+            return
+        kept = {
+            d.get("name")
+            for d in (stored.get("spec") or {}).get("devices") or []
+            if isinstance(d, dict) and d.get("taints")
+        }
+        dropped = [d["name"] for d in sent["spec"]["devices"] if d.get("taints")]
+        if dropped and not kept & set(dropped):
+            self.taints_kept = False
+            log.warning(
+                "the API server dropped the taints of %s devices %s: it lacks the "
+                "DRADeviceTaints feature (beta and on from Kubernetes 1.36); unhealthy devices "
+                "are left out of the ResourceSlices instead (docs/dra.md)",
+                self.vendor,
+                ", ".join(dropped[:5]),
+            )
+            self.poke()
 
     async def _uid(self) -> str:
         if self._node_uid is None:
