@@ -145,8 +145,10 @@ class SlicePublisher:
                 if not version:
                     _, version = await listing(self.driver)
                 async for event in watch(self.driver, version, WATCH_TIMEOUT_S):
-                    obj = event.get("object") or {}
-                    meta = obj.get("metadata") or {} if isinstance(obj, dict) else {}
+                    obj = event.get("object")
+                    if not isinstance(obj, dict):
+                        continue
+                    meta = obj.get("metadata") or {}
                     version = str(meta.get("resourceVersion") or version)
                     if event.get("type") == "DELETED":
                         log.info("ResourceSlice %s was deleted: publishing again", _name(obj))
