@@ -5,12 +5,13 @@ restarted in the middle, unprepared, nothing left."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from kubernetes.client import ApiClient
 from nodekit import NODE, eventually, mock_host
 
 from xpushare.codec import AGENT_MODE_KEY
-from xpushare.node import KubeClient
+from xpushare.node import KubeClient, NodeConfig
 from xpushare.testing.apiserver import FakeApiServer
 from xpushare.testing.claims import allocated_claim
 from xpushare.testing.drakubelet import FakeDraKubelet
@@ -100,3 +101,31 @@ async def test_slice_claim_prepare_restart_unprepare(tmp_path):
                 client.close()
             finally:
                 await kubelet.stop()
+
+
+async def test_a_relative_plugins_dir_is_served_at_its_absolute_path(tmp_path, monkeypatch):
+    # `--dra-plugins-dir plug` once made the agent bind "unix://plug/...", which gRPC reads as
+    # a host name ("plug") and refuses, killing the agent. The working directory is the one
+    # thing a relative path is relative to, so the test sets it (no internals are touched).
+    with short_socket_dir("xdr") as sockets:
+        monkeypatch.chdir(sockets)
+        async with FakeApiServer() as api:
+            api.put("nodes", {"metadata": {"name": NODE, "uid": "node-uid"}})
+            kubelet = FakeDraKubelet(sockets / "registry")
+            await kubelet.start()
+            config = {**dra_config(tmp_path, sockets), "dra_plugins_dir": Path("plug")}
+            try:
+                client = KubeClient.for_host(NODE, api.url)
+                async with run_node_agent(mock_host("1x A100-80GB"), client, sockets, **config):
+                    await kubelet.wait_registered(DRIVER)
+                    await eventually(lambda: api.items("resourceslices"), "slices published")
+                    assert (sockets / "plug" / DRIVER / "dra.sock").is_socket()
+                client.close()
+            finally:
+                await kubelet.stop()
+
+
+def test_node_paths_are_made_absolute():
+    config = NodeConfig(node_name=NODE, dra_plugins_dir=Path("plug"), cdi_dir=Path("cdi"))
+    assert config.dra_plugins_dir == Path.cwd() / "plug"
+    assert config.cdi_dir == Path.cwd() / "cdi"

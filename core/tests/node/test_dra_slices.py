@@ -206,6 +206,60 @@ async def test_run_follows_changes_and_survives_api_errors():
             client.close()
 
 
+async def test_deleted_slices_are_published_again_without_waiting_for_the_next_pass():
+    # kubelet deletes the node's slices when it starts. The passes are an hour apart here, so
+    # only the watch of our slices can bring them back before the test's bound.
+    devices = VendorDevices("acme")
+    devices.set_detected([gpu(0)])
+    async with FakeApiServer() as api:
+        api.put("nodes", node_object())
+        client = KubeClient.for_host(NODE, api.url)
+        publisher = SlicePublisher(client, "acme", devices, interval_s=3600.0)
+        task = asyncio.create_task(publisher.run())
+        try:
+            async with asyncio.timeout(20):
+                while not ours(api):
+                    await asyncio.sleep(0.01)
+                for _ in range(2):  # twice: the watch goes on after the first repair
+                    before = ours(api)[0]["spec"]["pool"]["generation"]
+                    api.delete("resourceslices", ours(api)[0]["metadata"]["name"])
+                    while not ours(api):
+                        await asyncio.sleep(0.01)
+                    assert ours(api)[0]["spec"]["pool"]["generation"] > before
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            client.close()
+
+
+async def test_without_device_taints_an_unhealthy_device_leaves_the_pool():
+    # An API server without DRADeviceTaints (before 1.36) drops the taints field: the device
+    # would look healthy to kube-scheduler. The publisher sees its taint gone from the stored
+    # slice and leaves the device out until it is healthy again.
+    devices = VendorDevices("acme")
+    devices.set_detected([gpu(0), gpu(1)])
+    dropped = {"resourceslices": ["spec.devices[].taints"]}
+    async with FakeApiServer(dropped_fields=dropped) as api:
+        api.put("nodes", node_object())
+        client, publisher = await publisher_for(api, devices)
+        try:
+            await publisher.reconcile(devices.view)
+            assert publisher.taints_kept  # nothing tainted was written yet
+            devices.apply_health([HealthEvent(device_id="GPU-0001-AB", healthy=False)])
+            await publisher.reconcile(devices.view)
+            assert not publisher.taints_kept
+            await publisher.reconcile(devices.view)
+            (obj,) = ours(api)
+            assert [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0000-ab"]
+            devices.apply_health([HealthEvent(device_id="GPU-0001-AB", healthy=True)])
+            await publisher.reconcile(devices.view)
+            (obj,) = ours(api)
+            assert [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0000-ab", "gpu-0001-ab"]
+        finally:
+            client.close()
+
+
 async def test_the_node_and_a_vendor_going_away_take_our_slices_only():
     devices = VendorDevices("acme")
     devices.set_detected([gpu(0)])

@@ -670,7 +670,7 @@ async def test_what_hami_clamps_or_ignores_is_admitted_with_a_warning(sched, htt
     response = await admit(sched, http, obj)
     result = patched(obj, response)
     [warning] = response["warnings"]
-    assert f"{CORES} 150 is above 100" in warning and "container 'main'" in warning
+    assert f"{CORES} 150 is above a whole device (100)" in warning and "container 'main'" in warning
     resources = result["spec"]["containers"][0]["resources"]
     assert resources["limits"][CORES] == "100" and resources["requests"][CORES] == "100"
     for pct, words in (("150", f"{PCT} 150 is above 100 %"), ("0", f"{PCT} 0 is ignored")):

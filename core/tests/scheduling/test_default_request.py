@@ -108,7 +108,7 @@ def test_what_hami_clamps_or_ignores_is_taken_as_hami_takes_it_and_said() -> Non
     clamped = parse({**one, "nvidia.com/gpucores": "101"})
     assert (clamped.compute_percent, clamped.exclusive) == (100, True)
     [said] = _leniencies({**one, "nvidia.com/gpucores": "101"})
-    assert "pod ml/p, container 'c': nvidia.com/gpucores 101 is above 100" in said
+    assert "pod ml/p, container 'c': nvidia.com/gpucores 101 is above a whole device" in said
     assert parse({**one, "nvidia.com/gpumem-percentage": "120"}).memory_percent == 100
     assert "taken as 100" in _leniencies({**one, "nvidia.com/gpumem-percentage": "120"})[0]
     assert parse({**one, "nvidia.com/gpumem-percentage": "0"}).memory_percent is None

@@ -191,3 +191,109 @@ async def test_with_cdi_names_the_claim_also_names_nvidias_own_cdi_device(
         gone = await rig.kubelet.unprepare(DRIVER, [("ml", "infer", uid)])
         assert gone[uid].error == ""
     assert fake.thread_violations == 0
+
+
+def container_cdi(devices: list[dict[str, Any]], request: str | None) -> list[str]:
+    """The CDI names kubelet hands a container naming the claim (and *request*, if any):
+    every device's for no request, else those whose request_names hold it (kubelet's
+    ClaimInfo.cdiDevicesAsList), in the answer's order, each once."""
+    names: list[str] = []
+    for d in devices:
+        if request is None or not d["request_names"] or request in d["request_names"]:
+            names += [n for n in d["cdi_device_ids"] if n not in names]
+    return names
+
+
+def merged_edits(spec: dict[str, Any], names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The env and mounts a container gets from CDI devices *names*; fails on a conflict (one
+    variable or one container path given two values)."""
+    by_name = {f"{spec['kind']}={d['name']}": d["containerEdits"] for d in spec["devices"]}
+    env: dict[str, str] = {}
+    mounts: dict[str, str] = {}
+    for name in names:
+        edits = by_name[name]
+        for key, value in (e.split("=", 1) for e in edits.get("env", [])):
+            assert env.setdefault(key, value) == value, f"{key}: {env[key]} and {value}"
+        for m in edits.get("mounts", []):
+            host = mounts.setdefault(m["containerPath"], m["hostPath"])
+            assert host == m["hostPath"], f"{m['containerPath']}: {host} and {m['hostPath']}"
+    return env, mounts
+
+
+def two_request_claim(slice_obj: dict[str, Any]) -> dict[str, Any]:
+    """Requests ``train`` (GPU 0, 6Gi, 20 %) and ``infer`` (GPU 1, 2Gi, 10 %), reserved for
+    pod ml/trainer."""
+    claim = allocated_claim(slice_obj, by_uuid(slice_obj, uuid(0))["name"], memory="6Gi",
+                            cores="20", name="pair", pod="trainer")  # fmt: skip
+    results = claim["status"]["allocation"]["devices"]["results"]
+    results[0]["request"] = "train"
+    second = {**results[0], "request": "infer", "device": by_uuid(slice_obj, uuid(1))["name"]}
+    second["consumedCapacity"] = {"memory": "2Gi", "cores": "10"}
+    second["shareID"] = "0b4a3f8e-8d7c-4e0a-9b1e-2f3a4b5c6d7e"
+    results.append(second)
+    claim["spec"]["devices"]["requests"] = [
+        {**claim["spec"]["devices"]["requests"][0], "name": n} for n in ("train", "infer")
+    ]
+    return claim
+
+
+def trainer_pod(claims: list[dict[str, Any]]) -> dict[str, Any]:
+    main = {"name": "main", "image": "cuda", "resources": {"claims": claims}}
+    spec = {"containers": [main], "resourceClaims": [{"name": "gpu", "resourceClaimName": "pair"}]}
+    return {"metadata": {"name": "trainer", "namespace": "ml"}, "spec": spec}
+
+
+async def test_a_container_taking_a_whole_two_request_claim_sees_both_gpus_with_their_limits(
+    fake: FakeNvml, driver_root: Path, hami_dir: Path, tmp_path: Path
+) -> None:
+    """Kubelet hands a container that names the claim without a request every device's CDI
+    names: they must add up to one view (one visible-devices list, indexed limits, one
+    HAMi-core directory), as the device-plugin path gives a two-GPU container."""
+    fake.add_gpus(2)
+    config = base_config(driver_root, hami_dir)
+    async with dra_rig(tmp_path, "xnw") as rig, rig.agent(config):
+        (slice_obj,) = rig.api.items("resourceslices")
+        claim = two_request_claim(slice_obj)
+        ApiClient()._ApiClient__deserialize(claim, "ResourceV1ResourceClaim")
+        rig.api.put("resourceclaims", claim)
+        rig.api.put("pods", trainer_pod([{"name": "gpu"}]))
+        uid = claim["metadata"]["uid"]
+        answer = await rig.kubelet.prepare(DRIVER, [("ml", "pair", uid)])
+        assert answer[uid].error == ""
+        assert sorted(d["request_names"][0] for d in answer[uid].devices) == ["infer", "train"]
+        (spec_file,) = (tmp_path / "cdi").glob("*.json")
+        spec = json.loads(spec_file.read_text())
+        env, mounts = merged_edits(spec, container_cdi(answer[uid].devices, None))
+        assert env["NVIDIA_VISIBLE_DEVICES"] == f"{uuid(0)},{uuid(1)}"
+        assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "6144m"
+        assert env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "2048m"
+        assert (env["CUDA_DEVICE_SM_LIMIT_0"], env["CUDA_DEVICE_SM_LIMIT_1"]) == ("20", "10")
+        assert mounts["/usr/local/vgpu"].startswith("/usr/local/vgpu/containers/")
+        gone = await rig.kubelet.unprepare(DRIVER, [("ml", "pair", uid)])
+        assert gone[uid].error == ""
+        assert list((tmp_path / "cdi").glob("*.json")) == []
+    assert fake.thread_violations == 0
+
+
+async def test_containers_naming_one_request_each_see_only_their_gpu(
+    fake: FakeNvml, driver_root: Path, hami_dir: Path, tmp_path: Path
+) -> None:
+    fake.add_gpus(2)
+    config = base_config(driver_root, hami_dir)
+    async with dra_rig(tmp_path, "xnr") as rig, rig.agent(config):
+        (slice_obj,) = rig.api.items("resourceslices")
+        claim = two_request_claim(slice_obj)
+        rig.api.put("resourceclaims", claim)
+        rig.api.put("pods", trainer_pod([{"name": "gpu", "request": "infer"}]))
+        uid = claim["metadata"]["uid"]
+        answer = await rig.kubelet.prepare(DRIVER, [("ml", "pair", uid)])
+        assert answer[uid].error == ""
+        (spec_file,) = (tmp_path / "cdi").glob("*.json")
+        spec = json.loads(spec_file.read_text())
+        env, _ = merged_edits(spec, container_cdi(answer[uid].devices, "infer"))
+        assert env["NVIDIA_VISIBLE_DEVICES"] == uuid(1)
+        assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"
+        assert "CUDA_DEVICE_MEMORY_LIMIT_1" not in env
+        gone = await rig.kubelet.unprepare(DRIVER, [("ml", "pair", uid)])
+        assert gone[uid].error == ""
+    assert fake.thread_violations == 0

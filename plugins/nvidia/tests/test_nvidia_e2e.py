@@ -21,7 +21,7 @@ from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
 from xpushare.testing.hosts import vendor_host
 from xpushare.testing.kubelet import ContainerSpec
-from xpushare.testing.partitions import A100_80GB
+from xpushare.testing.partitions import A100_40GB, A100_80GB
 from xpushare.testing.podflow import PodFlow
 from xpushare_nvidia import plugin
 
@@ -147,4 +147,36 @@ async def test_two_pods_share_one_a100_through_mig_instances_made_for_them(
             await flow.delete(bound)
         await flow.api.wait_for(lambda: fake.gi_count(0) == 0, 10)
         assert not any(fake.alive(0, m) for m in migs)
+    assert fake.thread_violations == 0
+
+
+async def test_a_pod_naming_its_mig_profile_alone_is_placed_on_that_profile(
+    fake: FakeNvml, driver_root: Path, hami_dir: Path
+) -> None:
+    """``nvidia.com/gpu: 1`` and the profile annotation are a whole request (the README's
+    example): the profile says how big the instance is, so the webhook's whole-device default
+    (compute 100, exclusive) must not be added, or /filter finds no 3g instance that holds
+    100 % of the GPU's compute."""
+    fake.add_gpus(1)
+    fake.enable_mig(0)
+    fake.mig_profiles(0, A100_40GB)
+    config = {**base_config(driver_root, hami_dir), "mode": "mig"}
+    async with PodFlow(
+        nvidia_host(config), nvidia_host(config), vendor="nvidia", node_name=NODE
+    ) as flow:
+        await flow.kubelet.wait_until(lambda: flow.kubelet.allocatable(GPU) == 7, what="listed")
+        spec = pod("named", limits={GPU: "1"}, annotations={"xpushare.io/mig-profile": "3g.20gb"})
+        admitted = await flow.admit(spec)
+        limits = admitted["spec"]["containers"][0]["resources"]["limits"]
+        assert "nvidia.com/gpucores" not in limits, limits
+        bound = await flow.schedule(spec)
+        (container,) = decode_assignment(
+            bound["metadata"]["annotations"]["xpushare.io/assignment"]
+        ).containers
+        (piece,) = container.devices
+        assert piece.partition is not None and piece.partition.startswith("3g.20gb@")
+        got = await flow.allocate(bound, [ContainerSpec("main", {GPU: 1})])
+        (mig,) = got["main"].envs["NVIDIA_VISIBLE_DEVICES"].split(",")
+        assert mig.startswith("MIG-") and fake.alive(0, mig)
+        await flow.delete(bound)
     assert fake.thread_violations == 0

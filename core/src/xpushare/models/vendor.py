@@ -58,6 +58,13 @@ class VendorSpec(Model):
         description="MiB a container asking for neither memory nor a percent gets per device "
         "(HAMi's defaultMemory); 0: the whole device",
     )
+    compute_total: int = Field(
+        default=100,
+        ge=1,
+        description="what the compute resource calls a whole device: 100 (percent) for most "
+        "vendors, 16 for HAMi's Moore Threads sgpu-core (sixteenths); a larger value is taken "
+        "as the whole device, as HAMi clamps it, with an admission warning",
+    )
     default_compute_percent: int = Field(
         default=0,
         ge=0,

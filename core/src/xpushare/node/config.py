@@ -35,6 +35,18 @@ MODES = ("device-plugin", "dra")
 METRICS_PORT = 9396
 
 
+#: The settings that are paths (made absolute, see ``NodeConfig.__post_init__``).
+_PATH_SETTINGS = (
+    "device_plugin_dir",
+    "partition_lock_path",
+    "state_dir",
+    "pod_resources_socket",
+    "plugins_registry_dir",
+    "dra_plugins_dir",
+    "cdi_dir",
+)
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     """Settings of one node agent process."""
@@ -144,3 +156,10 @@ class NodeConfig:
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"node agent setting {name} must be positive, got {value!r}")
+        # A relative directory is relative to the agent's working directory, but kubelet is
+        # told socket paths it dials from its own, and gRPC reads "unix://plug/x.sock" as the
+        # host "plug" and refuses to bind: every path is made absolute here, once.
+        for name in _PATH_SETTINGS:
+            path = getattr(self, name)
+            if path is not None and not path.is_absolute():
+                object.__setattr__(self, name, path.absolute())

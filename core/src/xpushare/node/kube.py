@@ -295,7 +295,33 @@ class KubeClient:
         small queue; an ``ERROR`` event (410 Gone when the version is too old) is raised as
         :class:`KubeError` with its status, so the caller lists again.
         """
+        selector = f"spec.nodeName={self.node_name}"
         what = f"watch pods of node {self.node_name}"
+        async for event in self._watch(
+            "GET",
+            "/api/v1/pods",
+            [("fieldSelector", selector), ("watch", "true")],
+            what,
+            resource_version,
+            timeout_s,
+        ):
+            yield event
+
+    async def _watch(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]],
+        what: str,
+        resource_version: str,
+        timeout_s: int,
+    ) -> AsyncIterator[JsonObject]:
+        """Events of the objects at *path* matching *query* (see :meth:`watch_node_pods`).
+
+        The callers name the method, the path and ``("watch", "true")`` in the query
+        themselves, so the chart's RBAC test (tests/deploy/apicalls.py) reads each watch
+        where it is asked for.
+        """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[JsonObject | BaseException | None] = asyncio.Queue(WATCH_QUEUE)
         stop = False
@@ -312,11 +338,10 @@ class KubeClient:
         def read() -> None:
             try:
                 response = self._open_stream(
-                    "GET",
-                    "/api/v1/pods",
+                    method,
+                    path,
                     [
-                        ("fieldSelector", f"spec.nodeName={self.node_name}"),
-                        ("watch", "true"),
+                        *query,
                         ("allowWatchBookmarks", "true"),
                         ("timeoutSeconds", str(timeout_s)),
                         *since,
@@ -381,16 +406,43 @@ class KubeClient:
 
     async def list_resource_slices(self, driver: str | None = None) -> list[JsonObject]:
         """This node's ResourceSlices of *driver* (of every driver if ``None``)."""
-        selector = f"spec.nodeName={self.node_name}"
-        if driver is not None:
-            selector += f",spec.driver={driver}"
+        return (await self.list_resource_slices_at(driver))[0]
+
+    async def list_resource_slices_at(
+        self, driver: str | None = None
+    ) -> tuple[list[JsonObject], str]:
+        """:meth:`list_resource_slices` and the list's resourceVersion, to watch from."""
         found = await self._call(
             "GET",
             "/apis/resource.k8s.io/v1/resourceslices",
-            query=[("fieldSelector", selector)],
+            query=[("fieldSelector", self._slice_selector(driver))],
             what=f"list ResourceSlices of node {self.node_name}",
         )
-        items = (found or {}).get("items") or []
+        found = found or {}
+        version = str((found.get("metadata") or {}).get("resourceVersion") or "")
+        return self._own_slices(found.get("items") or [], driver), version
+
+    async def watch_resource_slices(
+        self, driver: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[JsonObject]:
+        """Events of this node's ResourceSlices of *driver* (as :meth:`watch_node_pods`)."""
+        selector = self._slice_selector(driver)
+        what = f"watch ResourceSlices of node {self.node_name}"
+        async for event in self._watch(
+            "GET",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            [("fieldSelector", selector), ("watch", "true")],
+            what,
+            resource_version,
+            timeout_s,
+        ):
+            yield event
+
+    def _slice_selector(self, driver: str | None) -> str:
+        selector = f"spec.nodeName={self.node_name}"
+        return selector if driver is None else f"{selector},spec.driver={driver}"
+
+    def _own_slices(self, items: list[Any], driver: str | None) -> list[JsonObject]:
         # Filtered here too, as for pods: the selector is the server's courtesy.
         return [
             s

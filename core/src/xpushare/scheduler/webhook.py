@@ -536,15 +536,22 @@ class Webhook:
             lenient = hami_leniencies(handle.spec, view, container)
             warnings.extend(lenient)
             if lenient and names.compute is not None and request.compute_percent == MAX_PERCENT:
-                patches.extend(_clamp_compute(resources, names.compute, field, index))
+                patches.extend(
+                    _clamp_compute(
+                        resources, names.compute, handle.spec.compute_total, field, index
+                    )
+                )
             self._check_memory(request, handle, where)
             additions: dict[str, str] = {}
             if names.count not in container.limits and names.count not in container.requests:
                 additions[names.count] = str(request.count)
             # HAMi's rule: only where no memory resource is written at all (a memory of 0 is
-            # taken as not given, yet its container shares the device).
+            # taken as not given, yet its container shares the device). A request naming a
+            # partition (a MIG profile) is sized by it: 100 % compute would ask for the whole
+            # device's compute, which no instance smaller than the device holds.
             whole = (
-                request.memory_mib is None
+                request.partition is None
+                and request.memory_mib is None
                 and request.memory_percent is None
                 and request.compute_percent == 0
                 and not any(
@@ -651,22 +658,22 @@ class Webhook:
 
 
 def _clamp_compute(
-    resources: dict[str, Any], resource: str, field: str, index: int
+    resources: dict[str, Any], resource: str, total: int, field: str, index: int
 ) -> list[dict[str, Any]]:
-    """Patches that write compute above 100 as the 100 it is taken as (HAMi clamps it), so
-    the pod's spec says what it gets."""
+    """Patches that write compute above a whole device (*total*: 100 percent for most
+    vendors) as the *total* it is taken as (HAMi clamps it), so the spec says what it gets."""
     out = []
     for part in ("limits", "requests"):
         values = resources.get(part)
         if not isinstance(values, dict) or resource not in values:
             continue
         try:
-            over = parse_quantity(str(values[resource])) > MAX_PERCENT
+            over = parse_quantity(str(values[resource])) > total
         except ValueError:
             continue
         if over:
             path = f"/spec/{field}/{index}/resources/{part}/{escape(resource)}"
-            out.append({"op": "replace", "path": path, "value": str(MAX_PERCENT)})
+            out.append({"op": "replace", "path": path, "value": str(total)})
     return out
 
 

@@ -25,6 +25,8 @@ implements them for the endpoints xpushare uses, and nothing else:
   with one, the events after it are replayed from a bounded history, and a version older than
   the history answers an ``ERROR`` event with code 410, as the real server does after etcd
   compaction (:meth:`FakeApiServer.compact` forces that);
+* ``dropped_fields``: fields removed from what is created or replaced, as a server whose
+  feature gate for them is off drops them (DRADeviceTaints off: ``spec.devices[].taints``);
 * every request is recorded (:attr:`FakeApiServer.requests`) so tests can check the writes;
   :meth:`FakeApiServer.inject` makes chosen requests fail or wait.
 
@@ -41,7 +43,7 @@ import json
 import re
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,8 +261,19 @@ def _now() -> str:
 class FakeApiServer:
     """An in-memory Kubernetes API server on a local port; see the module docstring."""
 
-    def __init__(self, *, host: str = "127.0.0.1", history: int = DEFAULT_HISTORY) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        history: int = DEFAULT_HISTORY,
+        dropped_fields: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.host = host
+        #: Fields dropped from what is written, per plural, as a real API server drops the
+        #: fields of a feature gate that is off (e.g. ``{"resourceslices":
+        #: ["spec.devices[].taints"]}`` for a server without DRADeviceTaints); ``[]`` after a
+        #: name means every item of that list.
+        self.dropped_fields = {k: tuple(v) for k, v in (dropped_fields or {}).items()}
         self.objects: dict[tuple[str, str | None, str], Object] = {}
         self.requests: list[RecordedRequest] = []
         self._rv = 0
@@ -657,7 +670,21 @@ class FakeApiServer:
         meta["creationTimestamp"] = _now()
         if plural == "pods":
             default_pod_resources(obj)
+        self._drop_fields(plural, obj)
         return self._store(plural, key, obj, "ADDED")
+
+    def _drop_fields(self, plural: str, obj: Object) -> None:
+        for dotted in self.dropped_fields.get(plural, ()):
+            *path, last = dotted.split(".")
+            holders: list[Any] = [obj]
+            for part in path:
+                many = part.endswith("[]")
+                name = part.removesuffix("[]")
+                found = [h.get(name) for h in holders if isinstance(h, dict)]
+                holders = [i for f in found if isinstance(f, list) for i in f] if many else found
+            for holder in holders:
+                if isinstance(holder, dict):
+                    holder.pop(last, None)
 
     def _existing(self, key: tuple[str, str | None, str]) -> Object:
         obj = self.objects.get(key)
@@ -702,6 +729,7 @@ class FakeApiServer:
         obj["metadata"].setdefault(
             "creationTimestamp", current["metadata"].get("creationTimestamp")
         )
+        self._drop_fields(key[0], obj)
         return self._store(key[0], key, obj, "MODIFIED")
 
     def _bind(self, key: tuple[str, str | None, str], body: Any) -> Object:

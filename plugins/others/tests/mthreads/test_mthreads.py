@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import ctypes
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +23,13 @@ from xpushare.models import (
     PodView,
 )
 from xpushare.plugins import VendorHandle
+from xpushare.plugins.builtin.defaults import hami_leniencies
+from xpushare.scheduler.cluster import ClusterState
+from xpushare.scheduler.config import WebhookConfig
+from xpushare.scheduler.webhook import Webhook
+from xpushare.scheduling.ledger import UsageLedger
+from xpushare.testing.hosts import vendor_host
+from xpushare_others.mthreads import plugin
 from xpushare_others.mthreads.library import SYMBOLS
 
 GIB = 1024**3
@@ -185,9 +194,21 @@ def test_invalid_mthreads_requests_are_refused(mthreads: Any) -> None:
                      "mthreads.com/sgpu-core": "4"})  # fmt: skip
     with pytest.raises(ValueError, match="must be one of 2, 4, 8"):
         handle.resource_request(pod=pod, container=c)
-    pod, c = _pod(**{"mthreads.com/vgpu": "1", "mthreads.com/sgpu-core": "20"})
+    pod, c = _pod(**{"mthreads.com/vgpu": "1", "mthreads.com/sgpu-core": "0"})
     with pytest.raises(ValueError, match="1 to 16"):
         handle.resource_request(pod=pod, container=c)
+
+
+@pytest.mark.parametrize("cores", ["17", "20", "150"])
+def test_cores_above_a_whole_gpu_are_clamped_to_it_as_hami_does(mthreads: Any, cores: str) -> None:
+    # HAMi clamps a core request to the device's total (16 sixteenths): the whole GPU.
+    handle = mthreads()
+    pod, c = _pod(**{"mthreads.com/vgpu": "1", "mthreads.com/sgpu-core": cores})
+    request = handle.resource_request(pod=pod, container=c)
+    assert request is not None and (request.compute_percent, request.exclusive) == (100, True)
+    assert handle.spec.compute_total == 16
+    [said] = hami_leniencies(handle.spec, pod, c)
+    assert f"mthreads.com/sgpu-core {cores} is above a whole device (16); taken as 16" in said
 
 
 @pytest.mark.parametrize(
@@ -229,3 +250,34 @@ def test_sgpu_memory_with_a_unit_names_the_units_it_likely_meant(mthreads: Any) 
     with pytest.raises(ValueError, match=r"mthreads\.com/sgpu-memory counts units of 512 MiB") as e:
         mthreads().resource_request(pod=pod, container=c)
     assert "is 16 units (8192 MiB): write mthreads.com/sgpu-memory: 16" in str(e.value)
+
+
+def test_the_webhook_writes_the_clamped_cores_in_sixteenths_and_warns() -> None:
+    # The scheduler's host (no node, no library), as `xpushare scheduler` builds it.
+    host = vendor_host("mthreads", plugin.mthreads, {}, node_name=None)
+    try:
+        hook = Webhook(
+            host=host,
+            cluster=ClusterState(UsageLedger()),
+            config=WebhookConfig(),
+            scheduler_name="s",
+        )
+        limits = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-core": "20"}
+        obj = {
+            "metadata": {"name": "p", "namespace": "team"},
+            "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+        }
+        body = {"uid": "u", "operation": "CREATE", "namespace": "team", "object": obj}
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body}
+        response = hook.review(review)
+    finally:
+        host.close()
+    answer = response["response"]
+    assert answer["allowed"] is True, answer
+    assert any("sgpu-core 20 is above a whole device (16)" in w for w in answer["warnings"])
+    patch = json.loads(base64.b64decode(answer["patch"]))
+    assert {
+        "op": "replace",
+        "path": "/spec/containers/0/resources/limits/mthreads.com~1sgpu-core",
+        "value": "16",
+    } in patch

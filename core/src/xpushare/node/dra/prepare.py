@@ -13,6 +13,17 @@ Prepare turns an allocated ResourceClaim into CDI devices through the **same** v
 3. the vendor's envs, device nodes and mounts become one CDI device per request, in one
    CDI spec file per claim; the vendor's own CDI names are passed on as well.
 
+A container that names the claim without a ``request`` is handed by kubelet the CDI names of
+every device of the claim. Per-request CDI devices would then each set the same variables
+(``NVIDIA_VISIBLE_DEVICES``, ``CUDA_DEVICE_MEMORY_LIMIT_0``) and mount the same container
+path to different values. So when a pod the claim is reserved for has such a container and
+the claim has several requests, the claim is prepared as one: a single ``allocate`` call over
+every result (container name :data:`WHOLE_CLAIM`), one CDI device named by every device of
+the answer. The container sees all the devices with their own limits (indexed ``_0``,
+``_1``, ..., as the device-plugin path gives a container several devices). A container of
+such a pod that names one request gets the same whole view: kubelet gives both containers
+the CDI names of the request's devices, so the two views cannot differ.
+
 Unprepare releases through ``xpushare_release`` with the records ``allocate`` returned, then
 removes the CDI spec. Both are idempotent and checkpointed (node/dra/checkpoint.py).
 """
@@ -63,6 +74,11 @@ MAX_SHARE_ID = 64
 
 MIB = 1 << 20
 
+#: The container name of the one ``allocate`` call of a claim prepared whole (see above).
+#: A DNS label, as vendors name per-container directories by it; a request of the same name
+#: cannot be confused with it, since a claim prepared whole has no other call.
+WHOLE_CLAIM = "claim"
+
 _REQUEST = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$")
 
 
@@ -70,6 +86,8 @@ class ClaimKube(Protocol):
     node_name: str
 
     async def get_resource_claim(self, namespace: str, name: str) -> JsonObject | None: ...
+
+    async def get_pod(self, namespace: str, name: str) -> JsonObject | None: ...
 
 
 @dataclass(frozen=True)
@@ -144,7 +162,30 @@ class ClaimPreparer:
                 await self._release(done, what)
             claim = await self._read(ref, what)
             results = self._results(claim, ref, what)
-            return await self._prepare(ref, claim, results, what)
+            whole = len({r.request for r in results}) > 1 and await self._taken_whole(
+                claim, ref, what
+            )
+            return await self._prepare(ref, claim, results, what, whole=whole)
+
+    async def _taken_whole(self, claim: JsonObject, ref: ClaimRef, what: str) -> bool:
+        """Whether a container of a pod the claim is reserved for names it without a request."""
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        for consumer in reserved if isinstance(reserved, list) else []:
+            if not isinstance(consumer, dict) or consumer.get("resource") != "pods":
+                continue
+            name = consumer.get("name")
+            if not isinstance(name, str) or not name:
+                continue
+            try:
+                pod = await self.kube.get_pod(ref.namespace, name)
+            except KubeError as exc:
+                raise PrepareError(
+                    f"{what}: cannot read pod {ref.namespace}/{name}, which the claim is "
+                    f"reserved for, to see how its containers use the claim: {exc}"
+                ) from exc
+            if pod is not None and _names_claim_whole(pod, ref.name):
+                return True
+        return False
 
     def _cdi_present(self, uid: str) -> bool:
         from xpushare.node.dra.checkpoint import cdi_file_name
@@ -236,12 +277,12 @@ class ClaimPreparer:
         return memory, int(cores), memory == device.memory_mib and int(cores) in (0, 100)
 
     async def _prepare(
-        self, ref: ClaimRef, claim: JsonObject, results: list[_Result], what: str
+        self, ref: ClaimRef, claim: JsonObject, results: list[_Result], what: str, *, whole: bool
     ) -> list[dict[str, Any]]:
         owner = PodRef(namespace=ref.namespace, name=ref.name, uid=ref.uid)
         by_request: dict[str, list[_Result]] = {}
         for r in results:
-            by_request.setdefault(r.request, []).append(r)
+            by_request.setdefault(WHOLE_CLAIM if whole else r.request, []).append(r)
         requests = [
             AllocatedContainer(
                 container=request,
@@ -287,7 +328,7 @@ class ClaimPreparer:
             ids = [f"{kind}={cdi_name}", *allocation.cdi_devices]
             for r in group:
                 device: dict[str, Any] = {
-                    "request_names": [request],
+                    "request_names": [r.request],
                     "pool_name": self.node,
                     "device_name": r.device_name,
                     "cdi_device_ids": ids,
@@ -386,6 +427,37 @@ class ClaimPreparer:
                 ) from exc
         await asyncio.to_thread(remove_cdi_spec, self.cdi_dir, self.vendor, entry.claim.uid)
         await asyncio.to_thread(self.checkpoints.remove, entry.claim.uid)
+
+
+def _names_claim_whole(pod: JsonObject, claim_name: str) -> bool:
+    """Whether a container of *pod* takes ResourceClaim *claim_name* without a request.
+
+    A pod names its claims by its own names (``spec.resourceClaims[].name``): the claim's
+    name is there for a claim named directly, in ``status.resourceClaimStatuses`` for one
+    made from a template.
+    """
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    names = {
+        entry.get("name")
+        for source in (spec.get("resourceClaims"), status.get("resourceClaimStatuses"))
+        for entry in (source if isinstance(source, list) else [])
+        if isinstance(entry, dict) and entry.get("resourceClaimName") == claim_name
+    }
+    names.discard(None)
+    for field in ("initContainers", "containers"):
+        containers = spec.get(field)
+        for container in containers if isinstance(containers, list) else []:
+            resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
+            claims = resources.get("claims") if isinstance(resources, dict) else None
+            for entry in claims if isinstance(claims, list) else []:
+                if (
+                    isinstance(entry, dict)
+                    and entry.get("name") in names
+                    and not entry.get("request")
+                ):
+                    return True
+    return False
 
 
 def _annotations(claim: JsonObject) -> dict[str, str]:

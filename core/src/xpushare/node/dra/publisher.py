@@ -16,6 +16,11 @@ A pass, by the vendor's state:
   highest generation, so the pool is never seen half old, half new);
 * ``no-devices`` / ``inactive``: every slice of ours for this vendor is deleted.
 
+Deletions are not left to the next pass: kubelet deletes the node's slices whenever it starts,
+and the node would offer no devices until the reconcile interval (minutes) passed. A watch on
+this node's slices of the driver wakes the loop when one is deleted, so they are back within
+a round trip or two.
+
 The first pass after a start always writes a new generation: the API server may have
 reformatted the quantities we wrote (``81920Mi`` as ``80Gi``), so what it holds is not
 compared with what we would write, only with what we wrote.
@@ -41,6 +46,11 @@ log = logging.getLogger(__name__)
 
 #: First wait after a failed pass; doubled up to the reconcile interval.
 FIRST_RETRY_S = 0.5
+
+#: Seconds a watch of our slices lasts before the next is opened (it resumes where the last
+#: ended): the release tracker's figure (node/release.py), which keeps a silently dropped
+#: connection from hiding a deletion for more than five minutes.
+WATCH_TIMEOUT_S = 300
 
 #: The label that marks a slice as ours, with the vendor as its value.
 VENDOR_LABEL = f"{DOMAIN}/vendor"
@@ -94,6 +104,11 @@ class SlicePublisher:
         self.generation = 0
         self._written: list[JsonObject] | None = None
         self._node_uid: str | None = None
+        #: Whether the API server keeps device taints (DRADeviceTaints: beta and on from
+        #: 1.36). A server without the gate drops them silently, and a tainted (unhealthy)
+        #: device would look free to new claims; once a write comes back without the taints
+        #: it carried, unhealthy devices are left out of the pool instead.
+        self.taints_kept = True
         #: Passes that reached the API server without an error.
         self.passes = 0
         self.last_error = ""
@@ -104,6 +119,52 @@ class SlicePublisher:
         self._poke.set()
 
     async def run(self) -> None:
+        watcher = asyncio.ensure_future(self.watch_deletions())
+        try:
+            await self._run()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def watch_deletions(self) -> None:
+        """Reconcile at once when one of our slices is deleted (kubelet's start, a person).
+
+        Only deletions wake the loop: our own writes come back as ADDED and MODIFIED events,
+        and an edit by someone else is repaired by the next pass. A client without the watch
+        calls (a test's stand-in) leaves repairs to the passes.
+        """
+        listing = getattr(self.kube, "list_resource_slices_at", None)
+        watch = getattr(self.kube, "watch_resource_slices", None)
+        if listing is None or watch is None:
+            return
+        failures = 0
+        version = ""
+        while True:
+            try:
+                if not version:
+                    _, version = await listing(self.driver)
+                async for event in watch(self.driver, version, WATCH_TIMEOUT_S):
+                    obj = event.get("object")
+                    if not isinstance(obj, dict):
+                        continue
+                    meta = obj.get("metadata") or {}
+                    version = str(meta.get("resourceVersion") or version)
+                    if event.get("type") == "DELETED":
+                        log.info("ResourceSlice %s was deleted: publishing again", _name(obj))
+                        self.poke()
+                failures = 0
+            except KubeError as exc:
+                # 410 Gone (the version is too old) and every other failure: list again.
+                version = ""
+                failures += 1
+                if failures == 1 or failures % 20 == 0:
+                    log.warning("watch of ResourceSlices of %s: %s (retrying)", self.driver, exc)
+                await asyncio.sleep(
+                    min(self.interval_s, FIRST_RETRY_S * 2 ** min(failures - 1, 16))
+                )
+
+    async def _run(self) -> None:
         failures = 0
         while True:
             view = self._devices.view
@@ -149,6 +210,8 @@ class SlicePublisher:
             self._written = None
             return
         devices = pool_devices(view)
+        if not self.taints_kept:
+            devices = [d for d in devices if not d.get("taints")]
         wanted_names = {
             _name(s)
             for s in build_slices(
@@ -175,13 +238,14 @@ class SlicePublisher:
         for obj in desired:
             old = by_name.get(_name(obj))
             if old is None:
-                await self.kube.create_resource_slice(obj)
+                stored = await self.kube.create_resource_slice(obj)
             else:
                 body = dict(obj)
                 meta = dict(body["metadata"])
                 meta["resourceVersion"] = (old.get("metadata") or {}).get("resourceVersion")
                 body["metadata"] = meta
-                await self.kube.replace_resource_slice(_name(obj), body)
+                stored = await self.kube.replace_resource_slice(_name(obj), body)
+            self._check_taints_kept(obj, stored)
         for name in sorted(set(by_name) - {_name(o) for o in desired}):
             await self.kube.delete_resource_slice(name)
         self.generation = generation
@@ -194,6 +258,27 @@ class SlicePublisher:
             self.node,
             generation,
         )
+
+    def _check_taints_kept(self, sent: JsonObject, stored: JsonObject) -> None:
+        """Note a server that dropped the taints *sent* carried (see ``taints_kept``)."""
+        if not self.taints_kept or not stored:
+            return
+        kept = {
+            d.get("name")
+            for d in (stored.get("spec") or {}).get("devices") or []
+            if isinstance(d, dict) and d.get("taints")
+        }
+        dropped = [d["name"] for d in sent["spec"]["devices"] if d.get("taints")]
+        if dropped and not kept & set(dropped):
+            self.taints_kept = False
+            log.warning(
+                "the API server dropped the taints of %s devices %s: it lacks the "
+                "DRADeviceTaints feature (beta and on from Kubernetes 1.36); unhealthy devices "
+                "are left out of the ResourceSlices instead (docs/dra.md)",
+                self.vendor,
+                ", ".join(dropped[:5]),
+            )
+            self.poke()
 
     async def _uid(self) -> str:
         if self._node_uid is None:

@@ -257,10 +257,11 @@ def hami_leniencies(vendor: VendorSpec, pod: PodView, container: ContainerView) 
     who = _who(pod, container)
     out: list[str] = []
     compute = _number(_value(container, names.compute))
-    if compute is not None and compute > MAX_PERCENT:
+    total = vendor.compute_total
+    if compute is not None and compute > total:
         out.append(
-            f"{who}: {names.compute} {compute} is above 100 % of a device; taken as 100 "
-            "(the device exclusively), as HAMi does"
+            f"{who}: {names.compute} {compute} is above a whole device ({total}); taken as "
+            f"{total} (the device exclusively), as HAMi clamps it to the device's total"
         )
     if _number(_value(container, names.memory)) == 0:
         out.append(

@@ -56,6 +56,8 @@ class LibraryVendor(Generic[C, L]):
     allocate: Callable[[C, AllocateRequest], ContainerAllocation]
     #: MiB in one unit of the memory resource (HAMi's units: 256 MiB for Iluvatar, ...).
     memory_unit_mib: Callable[[C], int] | None = None
+    #: What the compute resource calls a whole device (``VendorSpec.compute_total``).
+    compute_total: int = 100
     #: The vendor's rules on top of the core's request parser (None: the core's as it is).
     adjust_request: (
         Callable[
@@ -97,6 +99,7 @@ class LibraryVendorPlugin(Generic[C, L]):
             resource_names=self.kind.names(config),
             config=raw,
             **({"memory_unit_mib": unit(config)} if unit is not None else {}),
+            compute_total=self.kind.compute_total,
         )
 
     # --- node side: the vendor's library thread -------------------------------------------

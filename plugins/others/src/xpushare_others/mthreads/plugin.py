@@ -5,7 +5,7 @@ from __future__ import annotations
 from xpushare_others.common.library_plugin import LibraryVendor, RulesVendorPlugin
 from xpushare_others.mthreads import allocate, detect, health, library, monitor
 from xpushare_others.mthreads import request as rules
-from xpushare_others.mthreads.config import MEMORY_UNIT_MIB, VENDOR, MthreadsConfig
+from xpushare_others.mthreads.config import CORES_PER_GPU, MEMORY_UNIT_MIB, VENDOR, MthreadsConfig
 
 MTHREADS: LibraryVendor[MthreadsConfig, library.Mtml] = LibraryVendor(
     name=VENDOR,
@@ -20,6 +20,7 @@ MTHREADS: LibraryVendor[MthreadsConfig, library.Mtml] = LibraryVendor(
     check_health=health.check,
     allocate=allocate.allocate,
     memory_unit_mib=lambda _: MEMORY_UNIT_MIB,
+    compute_total=CORES_PER_GPU,
     adjust_request=rules.adjust,
 )
 

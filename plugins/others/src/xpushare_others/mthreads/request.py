@@ -50,12 +50,14 @@ def adjust(
         return whole_devices(request)
     if raw_value(container, names.compute) is not None:
         cores = request.compute_percent  # the core parsed the number as a percent
-        if not 1 <= cores <= CORES_PER_GPU:
+        if cores < 1:
             raise ValueError(
                 f"{where}: {names.compute} counts sixteenths of a GPU, 1 to {CORES_PER_GPU}, "
                 f"got {cores}"
             )
-        request = with_compute(request, cores * 100 // CORES_PER_GPU)
+        # Above sixteen: the whole GPU, as HAMi clamps a request to the device's total (the
+        # webhook warns and writes 16 into the spec).
+        request = with_compute(request, min(cores, CORES_PER_GPU) * 100 // CORES_PER_GPU)
     raw_memory = raw_value(container, names.memory)
     # A value with a unit ("8Gi") is refused by the plugin host after this wrapper, with
     # the units it likely meant; the size list below would only show the suffix multiplied.
