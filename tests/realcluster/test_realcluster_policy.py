@@ -68,3 +68,76 @@ def test_node_agent_may_change_only_xpushare_keys_of_its_own_node(installed: Ins
     assert "may change only xpushare.io/ annotations" in message
     message = refusal(lambda: agent.patch_node(mine, {"spec": {"unschedulable": True}}))
     assert "may not change a node's spec" in message
+
+
+#: A tenant of the pods' namespace: may create, read and patch pods there, nothing more.
+TENANT = "tenant"
+
+
+def tenant_client(installed: Installed) -> Any:
+    """The API as a tenant with namespace-scoped pod rights (a Role, not the scheduler's)."""
+    from kubernetes import client
+    from realkit import PODS_NAMESPACE
+
+    core = installed.core
+    rbac = client.RbacAuthorizationV1Api(installed.plane.api_client())
+    core.create_namespaced_service_account(PODS_NAMESPACE, {"metadata": {"name": TENANT}})
+    rbac.create_namespaced_role(
+        PODS_NAMESPACE,
+        {
+            "metadata": {"name": TENANT},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods"],
+                    "verbs": ["get", "list", "create", "patch", "update"],
+                }
+            ],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        PODS_NAMESPACE,
+        {
+            "metadata": {"name": TENANT},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TENANT},
+            "subjects": [{"kind": "ServiceAccount", "name": TENANT, "namespace": PODS_NAMESPACE}],
+        },
+    )
+    return installed.plane.core(installed.plane.token_kubeconfig(PODS_NAMESPACE, TENANT))
+
+
+def test_a_pod_owner_cannot_edit_the_allocation_record(installed: Installed) -> None:
+    """Issue 31, defect 2, in the API server: the chart's allocation-record policy refuses a
+    tenant's removal or rewrite of a bound pod's assignment, and lets other edits through."""
+    from realkit import PODS_NAMESPACE, hami_pod, wait_pod
+
+    from xpushare.codec import ASSIGNMENT_KEY
+
+    nvidia_node(installed, "gpu-tenant-1", group="tenant")
+    tenant = tenant_client(installed)
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
+    tenant.create_namespaced_pod(PODS_NAMESPACE, hami_pod("owned-1", "tenant", **limits))
+
+    def bound(pod: dict[str, Any]) -> bool:
+        annotations = pod["metadata"].get("annotations") or {}
+        return bool(pod["spec"].get("nodeName")) and ASSIGNMENT_KEY in annotations
+
+    pod = wait_pod(installed, "owned-1", bound, "bound with an assignment")
+    record = pod["metadata"]["annotations"][ASSIGNMENT_KEY]
+    account = f"system:serviceaccount:{PODS_NAMESPACE}:{TENANT}"
+    for edit in ({ASSIGNMENT_KEY: None}, {ASSIGNMENT_KEY: record.replace("8000", "1")}):
+        message = refusal(
+            lambda a=edit: tenant.patch_namespaced_pod(
+                "owned-1", PODS_NAMESPACE, {"metadata": {"annotations": a}}
+            )
+        )
+        assert f"{account} may not set, change or remove" in message
+    # Everything else of the pod stays the owner's.
+    tenant.patch_namespaced_pod(
+        "owned-1",
+        PODS_NAMESPACE,
+        {"metadata": {"labels": {"team": "a"}, "annotations": {"n": "1"}}},
+    )
+    stored = installed.core.read_namespaced_pod("owned-1", PODS_NAMESPACE)
+    assert stored.metadata.annotations[ASSIGNMENT_KEY] == record
+    assert stored.metadata.labels["team"] == "a"
