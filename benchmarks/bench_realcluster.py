@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +45,7 @@ from xpushare.models import Device  # noqa: E402
 from xpushare.testing.realcluster import (  # noqa: E402
     ControlPlane,
     HandoffReleaser,
+    binaries_folder,
     create_ready_node,
     ready_node,
 )
@@ -68,19 +68,6 @@ SHARES = 10
 A100_MIB = 81920
 PLAIN = "plain-scheduler"
 CREATE_THREADS = 8
-
-
-def binaries() -> Path:
-    named = os.environ.get("XPUSHARE_KUBE_BIN")
-    if named:
-        return Path(named)
-    answer = subprocess.run(
-        [str(REPO / "scripts" / "kube-binaries"), "--print"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(answer.stdout.strip().splitlines()[-1])
 
 
 def make_nodes(installed: Installed, vendor: str, count: int) -> float:
@@ -241,7 +228,7 @@ def main() -> None:
 
     with (
         tempfile.TemporaryDirectory(prefix="bench-realcluster-") as work,
-        ControlPlane(binaries(), Path(work)) as plane,
+        ControlPlane(binaries_folder(REPO), Path(work)) as plane,
     ):
         installed = install(plane, VALUES[args.vendor], client_qps=args.qps)
         plain_config = {

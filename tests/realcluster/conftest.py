@@ -14,7 +14,6 @@ builds them first and names the folder.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pytest
 
 from xpushare.testing.realcluster import (
     ControlPlane,
+    binaries_folder,
     binaries_missing,
 )
 
@@ -42,23 +42,9 @@ FAST_LEASE = {
 }
 
 
-def kube_binaries_folder() -> Path:
-    named = os.environ.get("XPUSHARE_KUBE_BIN")
-    if named:
-        return Path(named)
-    answer = subprocess.run(
-        [str(REPO / "scripts" / "kube-binaries"), "--print"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return Path(answer.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="session")
 def kube_binaries() -> Path:
-    folder = kube_binaries_folder()
+    folder = binaries_folder(REPO)
     missing = binaries_missing(folder)
     if missing:
         message = (

@@ -139,6 +139,12 @@ def hami_pod(name: str, group: str, **limits: str) -> dict[str, Any]:
     }
 
 
+def assigned(pod: dict[str, Any]) -> bool:
+    """Whether *pod* is bound with our assignment (the Binding writes both in one update)."""
+    annotations = pod["metadata"].get("annotations") or {}
+    return bool(pod["spec"].get("nodeName")) and ASSIGNMENT_KEY in annotations
+
+
 def recount(pods: list[dict[str, Any]]) -> tuple[Counter[str], Counter[str]]:
     """Memory (MiB) and share slots booked per device id by *pods*' assignments, as the API
     server holds them: the usage a new scheduler replica would rebuild."""

@@ -9,13 +9,13 @@ session's tests must not inherit what the fault leaves behind.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import pytest
 from realkit import (
     A100_MIB,
     PODS_NAMESPACE,
     Installed,
+    assigned,
     eventually,
     hami_pod,
     ledger_memory,
@@ -24,7 +24,6 @@ from realkit import (
     wait_pod,
 )
 
-from xpushare.codec import ASSIGNMENT_KEY
 from xpushare.testing.realcluster import HandoffReleaser
 
 pytestmark = pytest.mark.realcluster
@@ -37,11 +36,6 @@ HALF = 20
 RESUME_WAIT_S = 15.0
 
 CAPACITY = "xpushare_scheduler_device_memory_capacity_mib"
-
-
-def assigned(pod: dict[str, Any]) -> bool:
-    annotations = pod["metadata"].get("annotations") or {}
-    return bool(pod["spec"].get("nodeName")) and ASSIGNMENT_KEY in annotations
 
 
 def test_apiserver_killed_mid_burst_leaves_no_double_booking(own_installed: Installed) -> None:

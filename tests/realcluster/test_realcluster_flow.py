@@ -15,6 +15,7 @@ from realkit import (
     A100_MIB,
     PODS_NAMESPACE,
     Installed,
+    assigned,
     hami_pod,
     ledger_memory,
     nvidia_node,
@@ -31,11 +32,6 @@ REQUEST_COUNT = "xpushare_scheduler_request_duration_seconds_count"
 
 #: Words of /filter's reason for a node whose devices are all too small.
 REASON = "4 not enough free device memory"
-
-
-def assigned(pod: dict[str, Any]) -> bool:
-    annotations = pod["metadata"].get("annotations") or {}
-    return bool(pod["spec"].get("nodeName")) and ASSIGNMENT_KEY in annotations
 
 
 def test_hami_pod_is_admitted_scheduled_and_bound_by_our_extender(installed: Installed) -> None:

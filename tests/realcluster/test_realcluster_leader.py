@@ -24,6 +24,7 @@ from realkit import (
     PODS_NAMESPACE,
     SYSTEM_NAMESPACE,
     Installed,
+    assigned,
     eventually,
     hami_pod,
     ledger_memory,
@@ -32,7 +33,6 @@ from realkit import (
     wait_pod,
 )
 
-from xpushare.codec import ASSIGNMENT_KEY
 from xpushare.testing.realcluster import HandoffReleaser
 
 pytestmark = pytest.mark.realcluster
@@ -46,11 +46,6 @@ BEFORE_FREEZE = 5
 AFTER_THAW_WAIT_S = 30.0
 #: Bound of the wait for the Lease to change hands (4 s lease, 0.5 s retries).
 FAILOVER_WAIT_S = 30.0
-
-
-def assigned(pod: dict[str, Any]) -> bool:
-    annotations = pod["metadata"].get("annotations") or {}
-    return bool(pod["spec"].get("nodeName")) and ASSIGNMENT_KEY in annotations
 
 
 def holder(installed: Installed) -> str:

@@ -109,7 +109,7 @@ def tenant_client(installed: Installed) -> Any:
 def test_a_pod_owner_cannot_edit_the_allocation_record(installed: Installed) -> None:
     """Issue 31, defect 2, in the API server: the chart's allocation-record policy refuses a
     tenant's removal or rewrite of a bound pod's assignment, and lets other edits through."""
-    from realkit import PODS_NAMESPACE, hami_pod, wait_pod
+    from realkit import PODS_NAMESPACE, assigned, hami_pod, wait_pod
 
     from xpushare.codec import ASSIGNMENT_KEY
 
@@ -118,11 +118,7 @@ def test_a_pod_owner_cannot_edit_the_allocation_record(installed: Installed) -> 
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
     tenant.create_namespaced_pod(PODS_NAMESPACE, hami_pod("owned-1", "tenant", **limits))
 
-    def bound(pod: dict[str, Any]) -> bool:
-        annotations = pod["metadata"].get("annotations") or {}
-        return bool(pod["spec"].get("nodeName")) and ASSIGNMENT_KEY in annotations
-
-    pod = wait_pod(installed, "owned-1", bound, "bound with an assignment")
+    pod = wait_pod(installed, "owned-1", assigned, "bound with an assignment")
     record = pod["metadata"]["annotations"][ASSIGNMENT_KEY]
     account = f"system:serviceaccount:{PODS_NAMESPACE}:{TENANT}"
     for edit in ({ASSIGNMENT_KEY: None}, {ASSIGNMENT_KEY: record.replace("8000", "1")}):

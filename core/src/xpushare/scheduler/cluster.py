@@ -530,23 +530,22 @@ class ClusterState:
             self._plain.discard(key)
             self._forget(key)
             return
-        bound = entry is not None and not entry.reserved
+        # The booking the API server confirmed (not a reservation of a bind in flight).
+        booked = entry if entry is not None and not entry.reserved else None
         if assignment is None:
             if not ob.node_name(obj):
                 # Not bound in this view: pending, or a view from before its Binding. It
                 # holds nothing, and frees nothing it holds.
                 return
-            if bound:
-                assert entry is not None
-                self._tampered(obj, entry.node, record, raw, "removed")
+            if booked is not None:
+                self._tampered(obj, booked.node, record, raw, "removed")
                 return
             self._plain.add(key)
             return
         namespace = ob.namespace(obj)
-        if bound:
-            assert entry is not None
-            if entry.assignment is not assignment and entry.assignment != assignment:
-                self._tampered(obj, entry.node, record, raw, "changed")
+        if booked is not None:
+            if booked.assignment is not assignment and booked.assignment != assignment:
+                self._tampered(obj, booked.node, record, raw, "changed")
                 return
         elif key in self._plain:
             # Bound without one, and the Binding is the only write of ours that adds it.
@@ -568,18 +567,23 @@ class ClusterState:
             self.ledger.add(key, assignment, namespace=namespace)
         self._assumed.pop(key, None)
         if record is None:
-            record = PodRecord(
-                key,
-                compact(ob.pod_ref(obj)),
-                assignment.node,
-                ob.started(obj),
-                since=ob.bound_since(obj) or self._clock(),
-            )
-            self.pods[key] = record
-            self._by_name[(record.ref.namespace, record.ref.name)] = key
+            record = self._remember(key, obj, assignment.node)
         record.node = assignment.node
         record.started = ob.started(obj)
         record.raw = raw
+
+    def _remember(self, key: str, obj: ob.Object, node: str) -> PodRecord:
+        """A new record of a counted pod on *node*."""
+        record = PodRecord(
+            key,
+            compact(ob.pod_ref(obj)),
+            node,
+            ob.started(obj),
+            since=ob.bound_since(obj) or self._clock(),
+        )
+        self.pods[key] = record
+        self._by_name[(record.ref.namespace, record.ref.name)] = key
+        return record
 
     def _tampered(
         self, obj: ob.Object, node: str, record: PodRecord | None, raw: tuple[str, ...], what: str
@@ -603,15 +607,7 @@ class ClusterState:
         self._tamper(obj, what, message)
         self._assumed.pop(key, None)
         if record is None and what != "added":
-            record = PodRecord(
-                key,
-                compact(ob.pod_ref(obj)),
-                node,
-                ob.started(obj),
-                since=ob.bound_since(obj) or self._clock(),
-            )
-            self.pods[key] = record
-            self._by_name[(record.ref.namespace, record.ref.name)] = key
+            record = self._remember(key, obj, node)
         if record is not None:
             record.started = ob.started(obj)
             record.raw = raw

@@ -273,8 +273,8 @@ class HandoffManager:
             return
         self.cluster.apply_node(obj)
 
-    async def _write(self, node: str, value: str | None, term: int | None) -> int | None:
-        """Write the node's handoff (None removes it) under *term*; the node's term before.
+    async def _write(self, node: str, value: str | None, term: int | None) -> None:
+        """Write the node's handoff (None removes it) under *term*.
 
         The node's term is checked on the version the write is conditioned on, so the API
         server refuses the write (409) if a newer term wrote the node in between.
@@ -282,7 +282,6 @@ class HandoffManager:
         self._check_term(node, term)
         record = self.cluster.nodes.get(node)
         version = record.resource_version if record else None
-        before = record.term if record else None
         patch: dict[str, str | None] = {HANDOFF_KEY: value}
         if term is not None:
             patch[TERM_KEY] = str(term)
@@ -292,7 +291,6 @@ class HandoffManager:
         # Apply our own write now rather than when the watch echoes it: the next bind for
         # this node must see it at once.
         self.cluster.apply_node(obj)
-        return before
 
     def needs_read(self, node: str, term: int | None) -> bool:
         """Whether a bind under *term* must read the node's pods before its Binding."""

@@ -86,11 +86,10 @@ class Informer:
         since = self.failing_since
         return since is None or self._monotonic() - since <= self.stale_after_s
 
-    def _failed(self, exc: BaseException, need_list: bool, backoff: float) -> None:
+    def _failed(self, exc: Exception, need_list: bool, backoff: float) -> None:
         if self.failing_since is None:
             self.failing_since = self._monotonic()
-        error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
-        self._on_error(self.resource, error)
+        self._on_error(self.resource, exc)
         log.warning(
             "%s of %s failed: %s: %s; retrying in %.1f s",
             "list" if need_list else "watch",

@@ -41,14 +41,11 @@ class LeaderLabel:
         self.namespace = namespace
         self.pod = pod
         self._task: asyncio.Task[None] | None = None
-        #: Whether the last change asked for was applied (tests and the log read it).
-        self.applied = asyncio.Event()
 
     def changed(self, leading: bool) -> None:
         """Leadership changed: apply it in the background (the newest change wins)."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
-        self.applied.clear()
         self._task = asyncio.get_running_loop().create_task(
             self._apply(leading), name="leader-label"
         )
@@ -73,7 +70,6 @@ class LeaderLabel:
                     await self._take()
                 else:
                     await self._set(self.pod, None)
-                self.applied.set()
                 return
             except KubeError as exc:
                 log.warning(

@@ -74,6 +74,3 @@ class Tombstones:
         self._versions.move_to_end(key)
         while len(self._versions) > self.limit:
             self._versions.popitem(last=False)
-
-    def discard(self, key: str) -> None:
-        self._versions.pop(key, None)

@@ -328,9 +328,10 @@ async def _tenant_edit(
     ]
     if not bound or rng.random() < 0.3:
         # Bound without a record (the default scheduler's pod), then a forged one added.
-        target = rng.choice(sorted({p["spec"]["nodeName"] for p in api.items("pods")} or {""}))
-        if not target:
+        nodes = sorted({p["spec"].get("nodeName") or "" for p in api.items("pods")} - {""})
+        if not nodes:
             return "no node with pods yet"
+        target = rng.choice(nodes)
         name = f"forged-{rng.randrange(1 << 30)}"
         plain = pod(name, node_name=target, phase="Running")
         api.put("pods", plain)

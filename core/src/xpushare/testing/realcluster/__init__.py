@@ -36,6 +36,7 @@ from xpushare.testing.realcluster.objects import (
 from xpushare.testing.realcluster.pki import Pki
 from xpushare.testing.realcluster.processes import (
     Component,
+    binaries_folder,
     free_port,
     start_process,
     wait_url,
@@ -52,6 +53,7 @@ __all__ = [
     "HandoffReleaser",
     "Pki",
     "ReadyProxy",
+    "binaries_folder",
     "binaries_missing",
     "create_ready_node",
     "extender_config",

@@ -7,7 +7,7 @@ leave one running: terminate, then kill.
 
 from __future__ import annotations
 
-import socket
+import os
 import ssl
 import subprocess
 import time
@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+
+# One free loopback port, as the replicas of the fault tests take theirs.
+from xpushare.testing.replicas import free_port as free_port
 
 Object = dict[str, Any]
 
@@ -30,10 +33,20 @@ START_WAIT_S = 90.0
 STOP_WAIT_S = 10.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def binaries_folder(repo: Path) -> Path:
+    """The folder of the control plane's binaries: ``XPUSHARE_KUBE_BIN``, else the one
+    *repo*'s ``scripts/kube-binaries --print`` names (built or not: the caller checks)."""
+    named = os.environ.get("XPUSHARE_KUBE_BIN")
+    if named:
+        return Path(named)
+    answer = subprocess.run(
+        [str(repo / "scripts" / "kube-binaries"), "--print"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return Path(answer.stdout.strip().splitlines()[-1])
 
 
 @dataclass
