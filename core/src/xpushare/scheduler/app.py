@@ -339,9 +339,8 @@ class Scheduler:
 
     @property
     def ready(self) -> bool:
-        workers_ready = self.workers is None or self.workers.synced
-        informers_ready = all(i.healthy for i in self.informers)
-        return self.cluster.synced and self.is_leader() and workers_ready and informers_ready
+        """What ``/readyz`` answers: synced, watches working, workers listed, leading."""
+        return not self._replica_problem() and self.is_leader()
 
     def _replace_nodes(self, items: Any, snapshot: ListSnapshot | None = None) -> None:
         # A relist replaces the node list first, then the pods are read against it.
