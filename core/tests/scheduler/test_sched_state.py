@@ -134,6 +134,9 @@ async def test_watch_expiry_relists_and_forgets_what_was_deleted_meanwhile(api, 
     await sched.settle(api)
     assert len(sched.scheduler.ledger) == 0
     assert sched.scheduler.ledger.node("node-1") is None
+    # The operator sees why it relisted: the expiry is counted per resource.
+    expired = sched.scheduler.metrics.watch_expired.labels(resource="pods")._value.get()
+    assert expired >= 1
 
 
 async def test_restart_rebuilds_identical_state(api, sched, http):

@@ -56,7 +56,7 @@ from xpushare.scheduler.httpserver import (
     plain_error,
 )
 from xpushare.scheduler.informer import Handlers, Informer
-from xpushare.scheduler.kube import Kube
+from xpushare.scheduler.kube import Kube, Resource
 from xpushare.scheduler.leader import LeaderElector
 from xpushare.scheduler.leaderlabel import LeaderLabel
 from xpushare.scheduler.looplag import watch_lag
@@ -245,60 +245,49 @@ class Scheduler:
             observe_at_bind=self.workers is not None,
             claims=self.claims,
         )
-        timeout = config.kube.watch_timeout_s
-        stale = config.kube.watch_stale_s
-        self.informers = [
-            Informer(
+
+        def informer(resource: Resource, handlers: Handlers) -> Informer:
+            return Informer(
                 kube,
+                resource,
+                handlers,
+                watch_timeout_s=config.kube.watch_timeout_s,
+                on_error=self._watch_error,
+                on_expired=self._watch_expired,
+                stale_after_s=config.kube.watch_stale_s,
+            )
+
+        self.informers = [
+            informer(
                 "nodes",
                 Handlers(self._replace_nodes, self.cluster.apply_node, self.cluster.delete_node),
-                watch_timeout_s=timeout,
-                on_error=self._watch_error,
-                stale_after_s=stale,
             ),
-            Informer(
-                kube,
-                "pods",
-                Handlers(self._replace_pods, self._apply_pod, self.cluster.delete_pod),
-                watch_timeout_s=timeout,
-                on_error=self._watch_error,
-                stale_after_s=stale,
+            informer(
+                "pods", Handlers(self._replace_pods, self._apply_pod, self.cluster.delete_pod)
             ),
-            Informer(
-                kube,
+            informer(
                 "resourcequotas",
                 Handlers(self._replace_quotas, self.cluster.apply_quota, self.cluster.delete_quota),
-                watch_timeout_s=timeout,
-                on_error=self._watch_error,
-                stale_after_s=stale,
             ),
         ]
         if self.claims is not None:
             claims = self.claims
             self.informers += [
-                Informer(
-                    kube,
+                informer(
                     "resourceslices",
                     Handlers(
                         lambda items, _: claims.replace_slices(items),
                         claims.apply_slice,
                         claims.delete_slice,
                     ),
-                    watch_timeout_s=timeout,
-                    on_error=self._watch_error,
-                    stale_after_s=stale,
                 ),
-                Informer(
-                    kube,
+                informer(
                     "resourceclaims",
                     Handlers(
                         lambda items, _: claims.replace_claims(items),
                         claims.apply_claim,
                         claims.delete_claim,
                     ),
-                    watch_timeout_s=timeout,
-                    on_error=self._watch_error,
-                    stale_after_s=stale,
                 ),
             ]
         self.web: WebView | None = None
@@ -402,6 +391,9 @@ class Scheduler:
 
     def _watch_error(self, resource: str, exc: Exception) -> None:
         self.metrics.watch_errors.labels(resource=resource).inc()
+
+    def _watch_expired(self, resource: str) -> None:
+        self.metrics.watch_expired.labels(resource=resource).inc()
 
     def _tampered(self, obj: ob.Object, edit: str, message: str) -> None:
         """A bound pod's allocation record was edited (cluster.py ignores the edit): log it,

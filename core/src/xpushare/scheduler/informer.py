@@ -59,6 +59,7 @@ class Informer:
         *,
         watch_timeout_s: int = 290,
         on_error: Callable[[str, Exception], None] | None = None,
+        on_expired: Callable[[str], None] | None = None,
         stale_after_s: float = STALE_AFTER_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -73,6 +74,7 @@ class Informer:
         #: Watches started (the first one included): a restart after a cut counts here.
         self.watches = 0
         self._on_error = on_error or (lambda what, exc: None)
+        self._on_expired = on_expired or (lambda what: None)
         self._monotonic = monotonic
         #: Since when lists and watches have failed without a success (None: working).
         self.failing_since: float | None = None
@@ -124,6 +126,7 @@ class Informer:
                 log.info(
                     "watch of %s expired at version %s: relisting", self.resource, self.version
                 )
+                self._on_expired(self.resource)
                 need_list = True
             except asyncio.CancelledError:
                 raise

@@ -202,6 +202,13 @@ class SchedulerMetrics:
             ["resource"],
             registry=r,
         )
+        self.watch_expired = Counter(
+            "xpushare_scheduler_watch_expired_total",
+            "Watches the API server ended with 410 Gone (the version they resumed from was "
+            "compacted away), per resource: each is followed by a relist",
+            ["resource"],
+            registry=r,
+        )
         self.assignment_tampering = Counter(
             "xpushare_scheduler_assignment_tampering_total",
             "Edits of a bound pod's allocation record that were ignored (the first value "
