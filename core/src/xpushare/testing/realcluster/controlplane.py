@@ -10,9 +10,12 @@ kubelet) are the hard part, written once here; the package docstring shows the u
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
+import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,6 +33,9 @@ from xpushare.testing.realcluster.processes import (
 )
 
 #: The binaries ``scripts/kube-binaries`` builds, in start order.
+#: Bound of one call to etcd's gateway on loopback (answers within milliseconds).
+ETCD_CALL_S = 10.0
+
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 
 #: Controllers the tests need: tokens for our ServiceAccounts (the chart's RBAC is proven with
@@ -61,6 +67,16 @@ ADMISSION_PLUGINS = (
 Object = dict[str, Any]
 
 
+def _etcd_call(base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST *body* to etcd's JSON gateway at *path*; its answer."""
+    request = urllib.request.Request(
+        f"{base}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=ETCD_CALL_S) as answer:
+        found: dict[str, Any] = json.loads(answer.read())
+    return found
+
+
 def binaries_missing(folder: Path) -> list[str]:
     """The names of :data:`BINARIES` not present (or not executable) in *folder*."""
     return [name for name in BINARIES if not os.access(folder / name, os.X_OK)]
@@ -74,7 +90,7 @@ class ControlPlane:
     the start took (printed, so a slow machine is visible in the test output).
     """
 
-    def __init__(self, binaries: Path, work: Path) -> None:
+    def __init__(self, binaries: Path, work: Path, *, apiserver_args: Sequence[str] = ()) -> None:
         missing = binaries_missing(binaries)
         if missing:
             raise FileNotFoundError(
@@ -82,6 +98,9 @@ class ControlPlane:
             )
         self.binaries = binaries
         self.work = work
+        #: Flags added to kube-apiserver's own (``--watch-cache=false`` for a fault test that
+        #: needs its watches served by etcd).
+        self.apiserver_args = tuple(apiserver_args)
         self.logs = work / "logs"
         self.components: list[Component] = []
         self.etcd_url = ""
@@ -169,6 +188,18 @@ class ControlPlane:
         wait_url(new, f"{self.url}/readyz", self.pki.ca_cert)
         return time.monotonic() - started
 
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (physically, as kube-apiserver's
+        own compaction every 5 minutes does) and return that revision: a watch resumed from
+        any older resourceVersion is then answered 410 Gone where etcd serves it.
+
+        Through etcd's JSON gateway (``/v3/kv/range`` for the revision, ``/v3/kv/compaction``),
+        which the etcd we build serves on its client URL: no etcdctl to build."""
+        header = _etcd_call(self.etcd_url, "/v3/kv/range", {"key": "AA==", "limit": 1})
+        revision = int(header["header"]["revision"])
+        _etcd_call(self.etcd_url, "/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
     def component(self, name: str) -> Component:
         for component in self.components:
             if component.name == name:
@@ -226,6 +257,7 @@ class ControlPlane:
             # No "kubernetes" Service endpoint to keep pointed at a loopback address.
             "--endpoint-reconciler-type=none",
             "--v=1",
+            *self.apiserver_args,
         ]
         apiserver = start_process("kube-apiserver", args, self.logs)
         self.components.append(apiserver)
