@@ -85,13 +85,8 @@ def own_installed(
     kube_binaries: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Installed]:
     """A control plane and xpushare of the module's own, for tests that break the control
-    plane (the session's tests must not inherit what a fault leaves behind). A module's
-    ``APISERVER_ARGS`` are added to kube-apiserver's flags."""
-    with ControlPlane(
-        kube_binaries,
-        tmp_path_factory.mktemp("realcluster-own"),
-        apiserver_args=getattr(request.module, "APISERVER_ARGS", ()),
-    ) as plane:
+    plane (the session's tests must not inherit what a fault leaves behind)."""
+    with ControlPlane(kube_binaries, tmp_path_factory.mktemp("realcluster-own")) as plane:
         yield timed(request.module.__name__, plane, install)
 
 

@@ -15,6 +15,7 @@ from xpushare.codec import ASSIGNMENT_KEY, decode_assignment, encode_inventory, 
 from xpushare.models import Device
 from xpushare.testing.realcluster import (
     ControlPlane,
+    CutProxy,
     ReadyProxy,
     create_ready_node,
     extender_config,
@@ -54,6 +55,9 @@ class Installed:
     #: Each replica's own URL (``scheduler_url`` is the ready one's, through a proxy when
     #: there are several).
     replica_urls: list[str]
+    #: Between our scheduler and kube-apiserver, where the install asked for one
+    #: (``install(..., api_proxy=True)``): cut it to partition our scheduler alone.
+    api_proxy: CutProxy | None = None
 
     def samples(self, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
         """The samples of a metric of our scheduler's /metrics whose labels include
@@ -225,6 +229,7 @@ def install(
     client_qps: int | None = None,
     replicas: int = 1,
     settings: dict[str, str] | None = None,
+    api_proxy: bool = False,
 ) -> Installed:
     """Install xpushare on *plane* as the chart renders it with *values* (default
     :data:`CHART_VALUES`): every object it renders created for real, our scheduler as a
@@ -233,7 +238,8 @@ def install(
     *client_qps* overrides kube-scheduler's client rate limit (its default: 50/s, burst 100).
     With *replicas* > 1 the others wait for the Lease, and a :class:`ReadyProxy` stands for
     the chart's Service in front of them (new connections go to the ready one, the leader).
-    *settings* are passed to every replica (``--set``)."""
+    *settings* are passed to every replica (``--set``). With *api_proxy* our scheduler reaches
+    kube-apiserver through a :class:`CutProxy` (``Installed.api_proxy``)."""
     from kubernetes.client.rest import ApiException
 
     pki = plane.pki
@@ -262,7 +268,15 @@ def install(
     plane.apply([o for o in chart if o["kind"] != "MutatingWebhookConfiguration"])
     # Our scheduler and kube-scheduler run as their ServiceAccounts, under the chart's RBAC
     # alone: any call it does not grant is a 403 that fails the suite.
-    scheduler_kubeconfig = plane.token_kubeconfig(SYSTEM_NAMESPACE, f"{RELEASE}-xpushare-scheduler")
+    proxy = None
+    if api_proxy:
+        proxy = CutProxy(int(plane.url.rsplit(":", 1)[1]))
+        plane.on_stop(proxy.close)
+    scheduler_kubeconfig = plane.token_kubeconfig(
+        SYSTEM_NAMESPACE,
+        f"{RELEASE}-xpushare-scheduler",
+        server=proxy.url if proxy is not None else None,
+    )
     kube_scheduler_kubeconfig = plane.token_kubeconfig(
         SYSTEM_NAMESPACE, f"{RELEASE}-xpushare-kube-scheduler"
     )
@@ -288,9 +302,9 @@ def install(
         urls.append(url)
     url = urls[0]
     if replicas > 1:
-        proxy = ReadyProxy(urls, pki.ca_cert)
-        plane.on_stop(proxy.close)
-        url = proxy.url
+        ready = ReadyProxy(urls, pki.ca_cert)
+        plane.on_stop(ready.close)
+        url = ready.url
 
     from kubernetes import client
 
@@ -310,4 +324,4 @@ def install(
     time.sleep(0.5)
     if not kube_scheduler.alive():
         raise RuntimeError(f"kube-scheduler exited:\n{kube_scheduler.log_tail()}")
-    return Installed(plane, core, url, chart, urls)
+    return Installed(plane, core, url, chart, urls, proxy)

@@ -42,7 +42,7 @@ from xpushare.testing.realcluster.processes import (
     wait_url,
     write_kubeconfig,
 )
-from xpushare.testing.realcluster.standins import HandoffReleaser, ReadyProxy
+from xpushare.testing.realcluster.standins import CutProxy, HandoffReleaser, ReadyProxy
 
 __all__ = [
     "ADMISSION_PLUGINS",
@@ -50,6 +50,7 @@ __all__ = [
     "CONTROLLERS",
     "Component",
     "ControlPlane",
+    "CutProxy",
     "HandoffReleaser",
     "Pki",
     "ReadyProxy",

@@ -346,12 +346,18 @@ class ControlPlane:
         return client.CoreV1Api(self.api_client(kubeconfig))
 
     def token_kubeconfig(
-        self, namespace: str, service_account: str, *, pod: tuple[str, str] | None = None
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        pod: tuple[str, str] | None = None,
+        server: str | None = None,
     ) -> Path:
         """A kubeconfig that authenticates as *service_account* with a token the API server
         signs (TokenRequest), as a pod of that ServiceAccount would. With *pod* (name, uid)
         the token is bound to that pod, as kubelet mounts it: the API server then adds the
-        pod's node to the user's extra (``authentication.kubernetes.io/node-name``)."""
+        pod's node to the user's extra (``authentication.kubernetes.io/node-name``). With
+        *server* the client reaches the API server at that URL (a proxy in front of it)."""
         from kubernetes import client
 
         bound = None
@@ -371,7 +377,11 @@ class ControlPlane:
         path = self.work / f"sa-{namespace}-{service_account}{suffix}.kubeconfig"
         assert self.pki is not None
         return write_kubeconfig(
-            path, self.url, self.pki.ca_cert, token=answer.status.token, user=service_account
+            path,
+            server or self.url,
+            self.pki.ca_cert,
+            token=answer.status.token,
+            user=service_account,
         )
 
 

@@ -17,23 +17,15 @@ from typing import Any
 from xpushare.testing.realcluster.processes import STOP_WAIT_S, free_port
 
 
-class ReadyProxy:
-    """A TCP proxy to whichever of *backends* answers ``/readyz`` with 200 (the leader): what
-    the chart's Service, which selects the leader's pod by its ``xpushare.io/leader`` label,
-    gives kube-scheduler and kube-apiserver in front of scheduler replicas. TLS passes
-    through untouched, so the replicas' serving certificate is what the clients verify. As
-    with kube-proxy, a connection stays with the backend it was opened to; only new
-    connections follow the leader.
-    """
+class _TcpProxy:
+    """A loopback TCP proxy: each connection it accepts is joined to the upstream port
+    :meth:`_pick` names (closed when it names none). TLS passes through untouched, so the
+    upstream's certificate is what clients verify; a connection stays with the upstream it
+    was opened to."""
 
-    #: How long a new connection waits for some backend to be ready before it is closed.
-    PICK_WAIT_S = 10.0
-
-    def __init__(self, backends: list[str], ca_file: Path) -> None:
+    def __init__(self, name: str) -> None:
         import threading
 
-        self.backends = list(backends)
-        self.context = ssl.create_default_context(cafile=str(ca_file))
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self._server = socket.create_server(("127.0.0.1", self.port))
@@ -41,28 +33,27 @@ class ReadyProxy:
         self._stop = threading.Event()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept, name="ready-proxy", daemon=True)
+        self._thread = threading.Thread(target=self._accept, name=name, daemon=True)
         self._thread.start()
 
-    def ready_backend(self) -> str | None:
-        """The first backend whose /readyz answers 200 now."""
-        for url in self.backends:
-            try:
-                with urllib.request.urlopen(
-                    f"{url}/readyz", timeout=0.5, context=self.context
-                ) as answer:
-                    if answer.status == 200:
-                        return url
-            except (urllib.error.URLError, OSError):
-                continue
-        return None
+    def _pick(self) -> int | None:
+        raise NotImplementedError
+
+    def _admit(self) -> bool:
+        """Whether a connection just joined may stay (asked under the lock)."""
+        return True
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(STOP_WAIT_S)
         self._server.close()
+        self._close_connections()
+
+    def _close_connections(self) -> None:
         with self._lock:
             for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     sock.close()
             self._sockets.clear()
@@ -82,15 +73,10 @@ class ReadyProxy:
     def _connect(self, client: socket.socket) -> None:
         import threading
 
-        deadline = time.monotonic() + self.PICK_WAIT_S
-        url = self.ready_backend()
-        while url is None and time.monotonic() < deadline and not self._stop.is_set():
-            time.sleep(0.1)
-            url = self.ready_backend()
-        if url is None:
+        port = self._pick()
+        if port is None:
             client.close()
             return
-        port = int(url.rsplit(":", 1)[1])
         try:
             upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
         except OSError:
@@ -99,9 +85,82 @@ class ReadyProxy:
         upstream.settimeout(None)
         client.settimeout(None)
         with self._lock:
+            if not self._admit():  # cut while connecting: this one is refused too
+                client.close()
+                upstream.close()
+                return
             self._sockets += [client, upstream]
         for source, target in ((client, upstream), (upstream, client)):
             threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+
+
+class ReadyProxy(_TcpProxy):
+    """A TCP proxy to whichever of *backends* answers ``/readyz`` with 200 (the leader): what
+    the chart's Service, which selects the leader's pod by its ``xpushare.io/leader`` label,
+    gives kube-scheduler and kube-apiserver in front of scheduler replicas. As with
+    kube-proxy, a connection stays with the backend it was opened to; only new connections
+    follow the leader.
+    """
+
+    #: How long a new connection waits for some backend to be ready before it is closed.
+    PICK_WAIT_S = 10.0
+
+    def __init__(self, backends: list[str], ca_file: Path) -> None:
+        self.backends = list(backends)
+        self.context = ssl.create_default_context(cafile=str(ca_file))
+        super().__init__("ready-proxy")
+
+    def ready_backend(self) -> str | None:
+        """The first backend whose /readyz answers 200 now."""
+        for url in self.backends:
+            try:
+                with urllib.request.urlopen(
+                    f"{url}/readyz", timeout=0.5, context=self.context
+                ) as answer:
+                    if answer.status == 200:
+                        return url
+            except (urllib.error.URLError, OSError):
+                continue
+        return None
+
+    def _pick(self) -> int | None:
+        deadline = time.monotonic() + self.PICK_WAIT_S
+        url = self.ready_backend()
+        while url is None and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(0.1)
+            url = self.ready_backend()
+        return None if url is None else int(url.rsplit(":", 1)[1])
+
+
+class CutProxy(_TcpProxy):
+    """A TCP proxy to one upstream (kube-apiserver's port) that can be cut: :meth:`cut`
+    closes every connection at once, dropping what was in flight, and refuses new ones until
+    :meth:`heal`. A network partition between one client and the API server, with the
+    server and every other client untouched: what the client's watches saw last is what it
+    resumes from.
+
+    Why not the :class:`~xpushare.testing.watchproxy.WatchProxy`: it reads HTTP, and a real
+    kube-apiserver speaks TLS only; cutting whole connections needs no HTTP.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.is_cut = False
+        super().__init__("cut-proxy")
+
+    def cut(self) -> None:
+        with self._lock:
+            self.is_cut = True
+        self._close_connections()
+
+    def heal(self) -> None:
+        self.is_cut = False
+
+    def _pick(self) -> int | None:
+        return None if self.is_cut else self.upstream_port
+
+    def _admit(self) -> bool:
+        return not self.is_cut
 
 
 def _pump(source: socket.socket, target: socket.socket) -> None:
