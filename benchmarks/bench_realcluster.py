@@ -20,12 +20,15 @@ RSS are read from /proc around the extender phase. Prints figures; asserts nothi
     scripts/kube-binaries                     # once
     uv run python benchmarks/bench_realcluster.py --nodes 1000 --pods 1000
     uv run python benchmarks/bench_realcluster.py --nodes 5000 --pods 2000 --vendor mock
+    uv run python benchmarks/bench_realcluster.py --qps 1000 --profile /tmp/ours.txt  # py-spy
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -224,6 +227,12 @@ def main() -> None:
         type=int,
         help="kube-scheduler's client rate limit in both schedulers (default: theirs, 50/s)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="sample our scheduler with py-spy (installed separately: pip install py-spy) "
+        "during the extender phase and write its collapsed stacks to FILE",
+    )
     args = parser.parse_args()
 
     with (
@@ -254,6 +263,7 @@ def main() -> None:
         if args.order == "extender-first":
             order.reverse()
         cpu = rss_before = rss_after = 0.0
+        failed: dict[str, int] = {}
         spent: dict[str, tuple[float, float]] = {}
         for which in order:
             if which == "plain":
@@ -263,6 +273,15 @@ def main() -> None:
             else:
                 rss_before, cpu_before = rss_mib(pid), cpu_seconds(pid)
                 timers_before = timers(installed)
+                sampler = None
+                if args.profile:
+                    sampler = subprocess.Popen(
+                        [
+                            *("py-spy", "record", "--pid", str(pid), "--format", "raw"),
+                            *("--output", args.profile, "--rate", "200", "--nonblocking"),
+                        ]
+                    )
+                    time.sleep(1)  # attached before the first pod
                 with HandoffReleaser(installed.core):
                     results[which] = phase(
                         installed,
@@ -273,9 +292,17 @@ def main() -> None:
                     )
                 cpu = cpu_seconds(pid) - cpu_before
                 rss_after = rss_mib(pid)
+                if sampler is not None:
+                    sampler.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+                    sampler.wait(60)
                 spent = {
                     key: (total - timers_before[key][0], n - timers_before[key][1])
                     for key, (total, n) in timers(installed).items()
+                }
+                failed = {
+                    f"{labels['verb']} {labels['reason']}": int(value)
+                    for labels, value in installed.samples("xpushare_scheduler_failures_total")
+                    if value and labels.get("verb") == "bind"
                 }
 
     plain, extender = results["plain"], results["extender"]
@@ -297,6 +324,12 @@ def main() -> None:
         total, n = spent[key]
         if n:
             print(f"  {key:<28} {int(n):>6} calls {1000 * total / n:>8.2f} ms mean")
+    if failed:
+        # Each failed bind is a pod kube-scheduler places again: a cost, and a smell.
+        print(
+            "failed binds (kube-scheduler retried them): "
+            + ", ".join(f"{reason} {n}" for reason, n in sorted(failed.items()))
+        )
 
 
 if __name__ == "__main__":

@@ -81,3 +81,22 @@ async def test_a_stale_resource_version_is_a_conflict_and_names_the_call(api):
         await kube.close()
     assert "patch node n1" in str(err.value)
     assert api.get("nodes", "n1")["metadata"]["annotations"]["a"] == "1"
+
+
+async def test_a_nodes_pods_are_read_on_our_connections_with_the_token(api):
+    # The first bind of a leader's term on a node reads the node's pods (handoff.py): on the
+    # bind path, so on our own connections (apiwrite.py), with the same token and selector.
+    for name, node_name in (("on", "gpu-1"), ("elsewhere", "gpu-2"), ("pending", None)):
+        obj = pod(name)
+        if node_name:
+            obj["spec"]["nodeName"] = node_name
+        api.put("pods", obj)
+    kube, _ = _kube(api, "t")
+    try:
+        found = await kube.list_node_pods("gpu-1")
+    finally:
+        await kube.close()
+    assert [p["metadata"]["name"] for p in found] == ["on"]
+    (sent,) = [r for r in api.requests if r.method == "GET"]
+    assert sent.authorization == "Bearer t"
+    assert sent.query.get("fieldSelector") == "spec.nodeName=gpu-1"

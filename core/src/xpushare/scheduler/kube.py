@@ -372,14 +372,23 @@ class Kube:
         return result
 
     async def list_node_pods(self, node: str) -> builtins.list[Object]:
-        """Every pod bound to *node*, read from the API server (a consistent read, paged)."""
+        """Every pod bound to *node*, read from the API server (a consistent read, paged).
+
+        On the bind path (a node's first bind of a leader's term reads it, handoff.py), so it
+        goes through :meth:`_call` and our own connections: through the official client's
+        generated lister each page cost about 2 ms of the scheduler's CPU (its argument
+        validation and model machinery; py-spy of bench_realcluster at 1,000 nodes), a
+        sixth of the bind's."""
         items: builtins.list[Object] = []
+        selector = quote(f"spec.nodeName={node}", safe="")
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": LIST_PAGE, "field_selector": f"spec.nodeName={node}"}
+            path = f"/api/v1/pods?fieldSelector={selector}&limit={LIST_PAGE}"
             if token:
-                kwargs["_continue"] = token
-            page = await self._json(self._lister("pods"), f"list pods on node {node}", **kwargs)
+                path += f"&continue={quote(token, safe='')}"
+            page = await self._call("GET", path, f"list pods on node {node}")
+            if not isinstance(page, dict):
+                raise KubeError(0, "the answer is not a list object", what=f"list pods on {node}")
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
