@@ -19,6 +19,7 @@ from xpushare.testing.realcluster import (
     ReadyProxy,
     create_ready_node,
     extender_config,
+    free_port,
     ready_node,
     start_xpushare_scheduler,
     webhook_config,
@@ -230,6 +231,7 @@ def install(
     replicas: int = 1,
     settings: dict[str, str] | None = None,
     api_proxy: bool = False,
+    filter_workers: int = 0,
 ) -> Installed:
     """Install xpushare on *plane* as the chart renders it with *values* (default
     :data:`CHART_VALUES`): every object it renders created for real, our scheduler as a
@@ -239,7 +241,9 @@ def install(
     With *replicas* > 1 the others wait for the Lease, and a :class:`ReadyProxy` stands for
     the chart's Service in front of them (new connections go to the ready one, the leader).
     *settings* are passed to every replica (``--set``). With *api_proxy* our scheduler reaches
-    kube-apiserver through a :class:`CutProxy` (``Installed.api_proxy``)."""
+    kube-apiserver through a :class:`CutProxy` (``Installed.api_proxy``). With
+    *filter_workers* the chart's ``scheduler.filterWorkers`` is set (one replica only):
+    kube-scheduler calls the workers' port for /filter and /prioritize."""
     from kubernetes.client.rest import ApiException
 
     pki = plane.pki
@@ -264,7 +268,15 @@ def install(
     # webhook configuration, the PDB, ...), except its webhook registration: that calls the
     # in-cluster Service, which has no endpoints here; the same object pointed at our local
     # scheduler is registered below.
-    chart = render(CHART_VALUES if values is None else values)
+    values = dict(CHART_VALUES if values is None else values)
+    filter_port = 0
+    if filter_workers:
+        assert replicas == 1, "filter workers are wired for one replica here"
+        scheduler_values = {**values.get("scheduler", {}), "filterWorkers": filter_workers}
+        values["scheduler"] = scheduler_values
+        filter_port = free_port()
+        settings = {**(settings or {}), "server.filter_port": str(filter_port)}
+    chart = render(values)
     plane.apply([o for o in chart if o["kind"] != "MutatingWebhookConfiguration"])
     # Our scheduler and kube-scheduler run as their ServiceAccounts, under the chart's RBAC
     # alone: any call it does not grant is a 403 that fails the suite.
@@ -315,7 +327,12 @@ def install(
         webhook_config(strip(webhook), f"{url}{path}", pki.ca_cert.read_bytes())
     )
     rendered = config_file(chart, "kube-scheduler.yaml")
-    config = extender_config(rendered, url, pki.ca_cert)
+    config = extender_config(
+        rendered,
+        url,
+        pki.ca_cert,
+        filter_url=f"https://127.0.0.1:{filter_port}" if filter_port else None,
+    )
     if client_qps is not None:
         config["clientConnection"] = {"qps": client_qps, "burst": 2 * client_qps}
     kube_scheduler = plane.start_scheduler(config, kubeconfig=kube_scheduler_kubeconfig)

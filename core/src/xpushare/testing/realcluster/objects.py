@@ -67,18 +67,33 @@ def create_ready_node(core: Any, node: Object) -> Object:
     return stored
 
 
+#: The port of the chart's Service that reaches the filter workers (its 443 the leader).
+FILTER_WORKERS_PORT = ":8444"
+
+
 def extender_config(
-    rendered: Object, url: str, ca_file: Path, *, leader_namespace: str | None = None
+    rendered: Object,
+    url: str,
+    ca_file: Path,
+    *,
+    leader_namespace: str | None = None,
+    filter_url: str | None = None,
 ) -> Object:
     """The chart's KubeSchedulerConfiguration (*rendered*, parsed) with each extender pointed
-    at *url* and trusting *ca_file*; everything else (verbs, managed resources, timeouts,
-    ``serverName``, profiles) as the chart renders it."""
+    at *url* (the filter workers' entry at *filter_url*, when the chart renders one) and
+    trusting *ca_file*; everything else (verbs, managed resources, timeouts, ``serverName``,
+    profiles) as the chart renders it."""
     config = dict(rendered)
     extenders = []
     for extender in config.get("extenders") or []:
         tls = {k: v for k, v in (extender.get("tlsConfig") or {}).items() if k != "caData"}
         tls["caFile"] = str(ca_file)
-        extenders.append({**extender, "urlPrefix": url, "tlsConfig": tls})
+        target = url
+        if str(extender.get("urlPrefix", "")).endswith(FILTER_WORKERS_PORT):
+            if filter_url is None:
+                raise ValueError("the chart renders filter workers: give their filter_url")
+            target = filter_url
+        extenders.append({**extender, "urlPrefix": target, "tlsConfig": tls})
     config["extenders"] = extenders
     if leader_namespace is not None:
         election = dict(config.get("leaderElection") or {})
