@@ -153,6 +153,33 @@ def test_exclusive_takes_a_whole_unused_device() -> None:
     assert result.reasons[FitReason.EXCLUSIVE_CONFLICT] == 1
 
 
+def test_all_the_compute_is_exclusive_only_on_a_device_not_over_committed() -> None:
+    # HAMi: exclusive only where Totalcore == 100; with deviceCoreScaling 2 (200 cores) a
+    # request of 100 books half the cores beside the pods already there (issue 36).
+    usage = {"GPU-0": used("GPU-0", mem=1000, compute=50)}
+    shared = default_fit(
+        req(exclusive=True, compute_percent=100, memory_mib=8000),
+        node(gpu(0)),
+        usage,
+        compute_overcommit=2.0,
+    )
+    assert shared.fits, shared.explain()
+    [s] = shared.devices
+    assert (s.exclusive, s.compute_percent, s.memory_mib) == (False, 100, 8000)
+    # A second request of all the compute still fits beside one booked as a share there.
+    full = {"GPU-0": used("GPU-0", mem=0, compute=100)}
+    assert default_fit(
+        req(exclusive=True, compute_percent=100, memory_mib=1000),
+        node(gpu(0)),
+        full,
+        compute_overcommit=2.0,
+    ).fits
+    # On a device of 100 % it is exclusive, as before.
+    alone = default_fit(req(exclusive=True, compute_percent=100), node(gpu(0)), usage)
+    assert not alone.fits
+    assert alone.reasons == {FitReason.EXCLUSIVE_CONFLICT: 1, FitReason.NOT_ENOUGH_FIT: 1}
+
+
 def test_device_count_too_few_devices_and_not_enough_fit() -> None:
     result = default_fit(req(count=3), node(gpu(0), gpu(1)), {})
     assert not result.fits and result.reasons[FitReason.TOO_FEW_DEVICES] == 1
