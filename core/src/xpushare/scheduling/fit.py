@@ -4,13 +4,11 @@ Checks follow HAMi's order (research/hami-protocol.md §5.1), per device: health
 include/exclude, UUID include/exclude, share slots, exclusive holders, exclusive request on a
 used device, partition profile, memory (MiB or percent, over-commit applied), compute, and
 "0 % compute on a fully booked device". A request of all the compute is exclusive only on a
-device that is not over-committed (HAMi's ``Totalcore == 100``). Differences from HAMi, on
-purpose:
+device that is not over-committed (HAMi's ``Totalcore == 100``), and NUMA binding takes the
+first run of devices of one NUMA node, in the walk's order, that holds enough fitting ones,
+restarting at each NUMA change as HAMi does. Differences from HAMi, on purpose:
 
 * an exclusive request on a used device says so, instead of "not enough memory";
-* NUMA binding picks the first NUMA node (in the policy's device order) that has enough
-  fitting devices, instead of restarting at each NUMA change, so it never misses a fit
-  because of how devices happened to be sorted;
 * a percent of memory is a percent of the physical device, not of the over-committed size.
 
 A device whose profiles carry placements (dynamic MIG) gives a request that names no
@@ -37,6 +35,7 @@ from xpushare.models import (
     FitResult,
     NodeView,
 )
+from xpushare.scheduling.numa import BEFORE_NUMA, NumaRun
 from xpushare.scheduling.partitions import Geometry, Occupancy, Shape, slot_name
 from xpushare.scheduling.request import Demand, PodRequest
 from xpushare.scheduling.state import (
@@ -261,21 +260,22 @@ def fit_demand(
         if not full:
             return None, reasons
     picks: list[Pick] = []
-    groups: dict[int | None, list[Pick]] = {}
+    run: NumaRun[Pick] | None = NumaRun(count) if demand.numa_bind else None
     done: list[Pick] | None = None
     for d in devices:
         result = check_device(d, demand, extra)
         if type(result) is FitReason:
             reasons[result] = reasons.get(result, 0) + 1
+            if run is not None and done is None and result not in BEFORE_NUMA:
+                run.meet(d.numa)
             continue
         if done is not None:
             continue
         pick: Pick = result  # type: ignore[assignment]
-        if demand.numa_bind:
-            group = groups.setdefault(d.numa, [])
-            group.append(pick)
-            if len(group) == count:
-                done = group
+        if run is not None:
+            run.meet(d.numa)
+            if run.add(pick):
+                done = run.picks
         else:
             picks.append(pick)
             if len(picks) == count:
@@ -284,12 +284,9 @@ def fit_demand(
             break
     if done is not None and FitReason.TOO_FEW_DEVICES not in reasons:
         return done, reasons
-    if demand.numa_bind:
-        fitting = sum(len(g) for g in groups.values())
-        if fitting >= count:
-            best = max((len(g) for g in groups.values()), default=0)
-            reasons[FitReason.NUMA_MISMATCH] = fitting - best
-            return None, reasons
+    if run is not None and run.split():
+        reasons[FitReason.NUMA_MISMATCH] = run.discarded
+        return None, reasons
     if FitReason.TOO_FEW_DEVICES not in reasons:
         reasons[FitReason.NOT_ENOUGH_FIT] = 1
     return None, reasons
