@@ -4,7 +4,8 @@ Why a script and not a test: these are timings and memory figures, which depend 
 machine; tests assert behaviour, this prints numbers (docs/node-agent.md quotes them).
 Targets (DESIGN.md §9, issue 15): Allocate p99 <= 50 ms; re-registration p99 <= 50 ms after
 kubelet.sock reappears; RSS <= 64 MiB with 8 mock devices after 10,000 scrapes, and no
-growth between the 1,000th and the 10,000th.
+growth between the 1,000th and the 10,000th, measured as the image runs the agent (its
+console script, the chart's arguments and files, every vendor wheel installed: issue 36).
 
 Everything talks over the real transports: the agent's Kubernetes client over HTTP to a
 local fake API server, kubelet's gRPC over unix sockets (the fake kubelet), and the scrapes
@@ -15,6 +16,7 @@ rather than the agent. The memory run uses kmock, where only the agent's process
 
     uv run python benchmarks/bench_node.py            # all three
     uv run python benchmarks/bench_node.py --pods 200 --restarts 10 --scrapes 2000
+    uv run python benchmarks/bench_node.py --memory-only     # the memory figures alone
 """
 
 from __future__ import annotations
@@ -226,55 +228,81 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-async def bench_memory(scrapes: int) -> None:
+#: What the chart gives the agent (deploy/helm/xpushare/templates/node-agent.yaml and
+#: values.yaml's nodeAgent defaults), in the chart's words.
+CHART_ARGS = (
+    "--detect-interval=60",
+    "--monitor-interval=15",
+    "--reconcile-interval=120",
+    "--allocate-deadline=8",
+)
+MOCK_DEVICES = "8x A100-80GB"
+
+
+async def agent_memory(scrapes: int, *, allow_list: bool) -> None:
+    """RSS of ``xpushare node`` run as the image and the chart run it: the console script
+    (the image's entry point), the chart's arguments and its per-vendor files, the mock
+    vendor with 8 devices, every vendor wheel of the workspace installed. *allow_list* as
+    the chart sets it (``XPUSHARE_PLUGINS`` = the enabled vendors, here ``mock``); without
+    it every installed vendor is loaded, and the agent serves the mock's devices beside
+    eleven vendors that find no library. Only the API server differs: a local emulator over
+    plain HTTP (``--api-server``) where a pod has its service account over TLS."""
     plugin_dir = short_dir()
+    config_dir = short_dir()
+    (config_dir / "node-vendors.yaml").write_text(
+        f"vendors:\n  mock: {{devices: {MOCK_DEVICES}}}\n"
+    )
+    (config_dir / "mock.yaml").write_text(f"devices: {MOCK_DEVICES}\n")
     port = free_port()
+    # The image's entry point: the console script beside this interpreter.
+    program = Path(sys.executable).with_name("xpushare")
     async with KubernetesEmulator() as api, Server(api) as server:
         add_node(api)
         env = {
             **os.environ,
-            "XPUSHARE_MOCK_DEVICES": "8x A100-80GB",
-            "XPUSHARE_PLUGINS": "mock",
             "NODE_NAME": NODE,
+            "XPUSHARE_MOCK_CONFIG": str(config_dir / "mock.yaml"),
         }
         env.pop("KUBERNETES_SERVICE_HOST", None)
+        env.pop("XPUSHARE_PLUGINS", None)
+        if allow_list:
+            env["XPUSHARE_PLUGINS"] = "mock"
         async with FakeKubelet(plugin_dir) as kubelet:
             process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "xpushare.cli",
+                str(program),
                 "node",
-                "--device-plugin-dir",
-                str(plugin_dir),
-                "--metrics-host",
-                "127.0.0.1",
-                "--metrics-port",
-                str(port),
-                # As in a pod: no kubeconfig loader (the official client stays unimported).
-                "--api-server",
-                str(server.url).rstrip("/"),
-                "--monitor-interval",
-                "1",
-                "--partition-lock",
-                "",
+                f"--vendor-config={config_dir / 'node-vendors.yaml'}",
+                f"--device-plugin-dir={plugin_dir}",
+                f"--metrics-port={port}",
+                *CHART_ARGS,
+                "--metrics-host=127.0.0.1",
+                f"--api-server={str(server.url).rstrip('/')}",
+                "--partition-lock=",
                 env=env,
             )
             try:
                 await kubelet.wait_until(lambda: kubelet.allocatable(RESOURCE) == 80, timeout_s=60)
-                url = f"http://127.0.0.1:{port}/metrics"
-                marks: dict[int, int] = {0: rss_kib(process.pid)}
+                url = f"http://127.0.0.1:{port}"
                 async with aiohttp.ClientSession() as session:
+                    await wait_ready(session, url)
+                    marks: dict[int, int] = {0: rss_kib(process.pid)}
                     for i in range(1, scrapes + 1):
-                        async with session.get(url) as response:
+                        async with session.get(f"{url}/metrics") as response:
                             await response.read()
                         if i in (1, 1000, scrapes):
                             marks[i] = rss_kib(process.pid)
+                loaded = (
+                    "mock only (XPUSHARE_PLUGINS=mock, as the chart)"
+                    if allow_list
+                    else ("every installed vendor (no XPUSHARE_PLUGINS)")
+                )
+                print(f"node agent as the image runs it, {loaded}:")
                 for i, kib in sorted(marks.items()):
-                    print(f"node agent RSS after {i:>6} scrapes: {kib / 1024:.1f} MiB")
+                    print(f"  RSS after {i:>6} scrapes: {kib / 1024:.1f} MiB")
                 if 1000 in marks and scrapes > 1000:
                     growth = (marks[scrapes] - marks[1000]) / 1024
                     print(
-                        f"growth 1,000th -> {scrapes:,}th scrape: {growth:+.1f} MiB "
+                        f"  growth 1,000th -> {scrapes:,}th scrape: {growth:+.1f} MiB "
                         "(target: none; RSS target <= 64 MiB)"
                     )
             finally:
@@ -282,6 +310,24 @@ async def bench_memory(scrapes: int) -> None:
                 async with asyncio.timeout(30):
                     await process.wait()
     shutil.rmtree(plugin_dir, ignore_errors=True)
+    shutil.rmtree(config_dir, ignore_errors=True)
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
+    """Until ``/readyz`` says ready (the figures are of a running agent, not a starting one),
+    and a little more: once ready, the agent gives back the heap its start-up freed."""
+    for _ in range(600):
+        async with session.get(f"{url}/readyz") as response:
+            if response.status == 200:
+                await asyncio.sleep(3)
+                return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the node agent did not become ready within a minute")
+
+
+async def bench_memory(scrapes: int) -> None:
+    await agent_memory(scrapes, allow_list=True)
+    await agent_memory(scrapes, allow_list=False)
 
 
 def main() -> None:
@@ -289,8 +335,10 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=500, help="Allocate calls to time")
     parser.add_argument("--restarts", type=int, default=20, help="kubelet restarts to time")
     parser.add_argument("--scrapes", type=int, default=10_000, help="/metrics scrapes")
+    parser.add_argument("--memory-only", action="store_true", help="only the RSS figures")
     args = parser.parse_args()
-    asyncio.run(bench_allocate(args.pods, args.restarts))
+    if not args.memory_only:
+        asyncio.run(bench_allocate(args.pods, args.restarts))
     asyncio.run(bench_memory(args.scrapes))
 
 

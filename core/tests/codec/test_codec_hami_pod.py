@@ -186,7 +186,6 @@ def test_assignment_maps_entries_to_init_then_app_containers():
                 devices=(
                     DeviceSlice(
                         device_id="GPU-p1", index=5, memory_mib=3000, compute_percent=100,
-                        exclusive=True,
                     ),
                 ),
             ),
@@ -217,7 +216,8 @@ def test_assignment_refuses_cores_that_are_not_a_percent_unless_converted():
         to_percent=lambda vendor, item: item.cores * 100 // 16,  # 16 cores make one GPU
     )
     assert result.containers[0].devices[0].compute_percent == 100
-    assert result.containers[0].devices[0].exclusive is True
+    # Held by its compute, not as exclusive: an over-committed device has room beside it.
+    assert result.containers[0].devices[0].exclusive is False
 
 
 def test_assignment_reports_bad_conversions_as_codec_errors():

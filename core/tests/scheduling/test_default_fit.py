@@ -153,6 +153,33 @@ def test_exclusive_takes_a_whole_unused_device() -> None:
     assert result.reasons[FitReason.EXCLUSIVE_CONFLICT] == 1
 
 
+def test_all_the_compute_is_exclusive_only_on_a_device_not_over_committed() -> None:
+    # HAMi: exclusive only where Totalcore == 100; with deviceCoreScaling 2 (200 cores) a
+    # request of 100 books half the cores beside the pods already there (issue 36).
+    usage = {"GPU-0": used("GPU-0", mem=1000, compute=50)}
+    shared = default_fit(
+        req(exclusive=True, compute_percent=100, memory_mib=8000),
+        node(gpu(0)),
+        usage,
+        compute_overcommit=2.0,
+    )
+    assert shared.fits, shared.explain()
+    [s] = shared.devices
+    assert (s.exclusive, s.compute_percent, s.memory_mib) == (False, 100, 8000)
+    # A second request of all the compute still fits beside one booked as a share there.
+    full = {"GPU-0": used("GPU-0", mem=0, compute=100)}
+    assert default_fit(
+        req(exclusive=True, compute_percent=100, memory_mib=1000),
+        node(gpu(0)),
+        full,
+        compute_overcommit=2.0,
+    ).fits
+    # On a device of 100 % it is exclusive, as before.
+    alone = default_fit(req(exclusive=True, compute_percent=100), node(gpu(0)), usage)
+    assert not alone.fits
+    assert alone.reasons == {FitReason.EXCLUSIVE_CONFLICT: 1, FitReason.NOT_ENOUGH_FIT: 1}
+
+
 def test_device_count_too_few_devices_and_not_enough_fit() -> None:
     result = default_fit(req(count=3), node(gpu(0), gpu(1)), {})
     assert not result.fits and result.reasons[FitReason.TOO_FEW_DEVICES] == 1
@@ -179,6 +206,33 @@ def test_numa_binding_keeps_all_devices_on_one_numa_node() -> None:
     # Without the binding the first two fitting devices in order are taken, across NUMA.
     loose = default_fit(req(count=2, memory_mib=2000), devices, usage)
     assert [s.device_id for s in loose.devices] == ["GPU-1", "GPU-2"]
+
+
+def test_numa_binding_restarts_its_run_at_each_numa_change_as_hami_does() -> None:
+    # Walked in the order given: NUMA 0, 1, 0. NUMA 0 has two fitting devices, but not next
+    # to each other in the walk: HAMi restarts its picks at each NUMA change, so the pod does
+    # not fit here either (the first NUMA node with room, the old rule, took GPU-0 and GPU-2).
+    devices = node(gpu(0, numa_node=0), gpu(1, numa_node=1), gpu(2, numa_node=0))
+    order = ["GPU-0", "GPU-1", "GPU-2"]
+    result = default_fit(req(count=2, memory_mib=1, numa_bind=True), devices, {}, order)
+    assert not result.fits
+    assert result.reasons == {FitReason.NUMA_MISMATCH: 2}  # HAMi's NumaNotFit: 2 dropped
+    # A run of one NUMA node that holds enough fits, even after a discarded one.
+    order = ["GPU-1", "GPU-0", "GPU-2"]
+    result = default_fit(req(count=2, memory_mib=1, numa_bind=True), devices, {}, order)
+    assert [s.device_id for s in result.devices] == ["GPU-0", "GPU-2"]
+
+
+def test_a_device_that_fails_the_checks_before_hamis_numa_check_keeps_the_run() -> None:
+    # Unhealthy and model-mismatched devices are skipped before HAMi's NUMA check: they do
+    # not break a run; a device refused later (here: full memory) does start its own run.
+    sick = node(gpu(0, numa_node=0), gpu(1, numa_node=1, healthy=False), gpu(2, numa_node=0))
+    assert default_fit(req(count=2, memory_mib=1, numa_bind=True), sick, {}).fits
+    full = node(gpu(0, numa_node=0), gpu(1, numa_node=1), gpu(2, numa_node=0))
+    usage = {"GPU-1": used("GPU-1", mem=40000)}
+    result = default_fit(req(count=2, memory_mib=1, numa_bind=True), full, usage)
+    assert not result.fits
+    assert result.reasons[FitReason.NUMA_MISMATCH] == 1
 
 
 def test_numa_binding_that_cannot_be_met_says_so() -> None:

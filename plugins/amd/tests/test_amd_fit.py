@@ -195,6 +195,16 @@ def test_memory_numa_and_constraints() -> None:
     assert excluded.reasons == {FitReason.MODEL_MISMATCH: 3, FitReason.NOT_ENOUGH_FIT: 1}
 
 
+def test_numa_binding_restarts_at_each_numa_change_in_the_walk_as_hamis() -> None:
+    # NUMA 0, 1, 0 in the walk: NUMA 0's two GPUs are not one run (HAMi's rule, issue 36).
+    devices = [gpu(0, numa=0), gpu(1, numa=1), gpu(2, numa=0)]
+    ask = request(memory_mib=4096, count=2, numa_bind=True, compute_percent=10)
+    split = run(ask, devices)
+    assert not split.fits and split.reasons[FitReason.NUMA_MISMATCH] == 2
+    together = fit(ask, NodeView(name="n", devices=tuple(devices)), {}, [devices[1].id], 1.0)
+    assert [s.device_id for s in together.devices] == [devices[0].id, devices[2].id]
+
+
 def test_through_the_host_gpucores_defaults_to_all_compute_units() -> None:
     host = amd_host(None)
     handle = host.vendor("amd")

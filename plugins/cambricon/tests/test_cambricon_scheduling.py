@@ -193,6 +193,26 @@ def test_numa_binding_keeps_cards_on_one_node(make_handle, fake_lib, table, tmp_
     assert sorted(s.index for s in result.devices) == [1, 2]
 
 
+def test_numa_binding_restarts_at_each_numa_change_in_the_walk_as_hamis(
+    make_handle, fake_lib, table, tmp_path
+):
+    # NUMA 0, 1, 0: the two cards of NUMA 0 are not one run in this walk (issue 36).
+    for bus, numa in ((0x3B, 0), (0x3C, 1), (0x3D, 0)):
+        path = tmp_path / "sys" / "bus" / "pci" / "devices" / f"0000:{bus:02x}:00.0"
+        path.mkdir(parents=True)
+        (path / "numa_node").write_text(f"{numa}\n")
+    table.cards(card_line(0), card_line(1), card_line(2))
+    handle = make_handle(fake_lib)
+    handle.startup()
+    view = NodeView(name="n", devices=handle.detect())
+    req = parse(handle, asks(**{MLU: "2"}), **{"xpushare.io/numa-bind": "true"})
+    split = fit(handle, view, req)
+    assert not split.fits and split.reasons[FitReason.NUMA_MISMATCH] == 2
+    ids = [d.id for d in view.devices]
+    together = fit(handle, view, req, order=[ids[1], ids[0], ids[2]])
+    assert sorted(s.index for s in together.devices) == [0, 2]
+
+
 def test_a_share_without_compute_stays_off_a_card_whose_compute_is_booked(
     make_handle, fake_lib, table, cluster_config
 ):

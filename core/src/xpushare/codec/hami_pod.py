@@ -190,8 +190,11 @@ def hami_pod_assignment(
     (names in pod-spec order). Entries past the last container must be empty (HAMi's
     trailing ``;``). *device_index* gives the node index of a device UUID (HAMi does not
     record it; 0 otherwise). *to_percent* turns a vendor's CORES into a percent where HAMi
-    records other units; by default CORES must already be a percent. A slice with 100 %
-    compute is marked exclusive: HAMi lets nobody else onto such a device.
+    records other units; by default CORES must already be a percent. No slice is marked
+    exclusive: HAMi holds a device for a 100 % slice only through its core counts (nobody
+    else fits in the cores left), and only on a device of 100 cores; on one over-committed
+    (``deviceCoreScaling`` 2) the slice is half the cores and others share the device. The
+    compute the slice books does the same here.
     """
     what = sj.describe("HAMi pod devices", node=node if isinstance(node, str) else None, pod=pod)
     names = [*init_containers, *containers]
@@ -218,7 +221,6 @@ def hami_pod_assignment(
                             index=(device_index or {}).get(item.uuid, 0),
                             memory_mib=item.memory_mib,
                             compute_percent=percent,
-                            exclusive=percent == 100,
                         )
                     )
                 row = ContainerAssignment(

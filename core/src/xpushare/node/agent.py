@@ -42,6 +42,7 @@ from xpushare.node.dra.checkpoint import Checkpoints
 from xpushare.node.dra.plugin import DraPluginServer
 from xpushare.node.dra.prepare import ClaimPreparer
 from xpushare.node.dra.publisher import SlicePublisher, remove_foreign_slices
+from xpushare.node.heap import release_free_heap
 from xpushare.node.http import serve_http
 from xpushare.node.inventory import InventoryPublisher
 from xpushare.node.kube import KubeError
@@ -64,6 +65,9 @@ log = logging.getLogger(__name__)
 
 #: How often the partition lock file is looked at; a MIG change takes seconds to apply.
 PARTITION_LOCK_POLL_S = 1.0
+#: How often readiness is looked at before the start-up heap is given back: the agent is
+#: ready within seconds of kubelet answering, and nothing waits on this.
+_READY_POLL_S = 1.0
 
 
 class NodeAgent:
@@ -155,6 +159,7 @@ class NodeAgent:
                 self.group.spawn("partition-lock", self._watch_partition_lock)
             if self.config.mode == "dra":
                 self.group.spawn("dra/foreign-slices", self._remove_foreign_slices)
+            self.group.spawn("heap", self._release_start_up_heap)
             await self.group.wait()
         finally:
             await self.group.stop()
@@ -202,6 +207,12 @@ class NodeAgent:
                     last = plugin.last_error if plugin else ""
                     reasons.append(f"vendor {vendor}: not registered with kubelet" + _said(last))
         return reasons
+
+    async def _release_start_up_heap(self) -> None:
+        """Once the agent is ready, give back what start-up freed (heap.py says why)."""
+        while self.readiness():
+            await asyncio.sleep(_READY_POLL_S)
+        release_free_heap()
 
     def _signal(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()

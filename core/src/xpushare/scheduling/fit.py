@@ -3,12 +3,12 @@
 Checks follow HAMi's order (research/hami-protocol.md §5.1), per device: health, model
 include/exclude, UUID include/exclude, share slots, exclusive holders, exclusive request on a
 used device, partition profile, memory (MiB or percent, over-commit applied), compute, and
-"0 % compute on a fully booked device". Differences from HAMi, on purpose:
+"0 % compute on a fully booked device". A request of all the compute is exclusive only on a
+device that is not over-committed (HAMi's ``Totalcore == 100``), and NUMA binding takes the
+first run of devices of one NUMA node, in the walk's order, that holds enough fitting ones,
+restarting at each NUMA change as HAMi does. Differences from HAMi, on purpose:
 
 * an exclusive request on a used device says so, instead of "not enough memory";
-* NUMA binding picks the first NUMA node (in the policy's device order) that has enough
-  fitting devices, instead of restarting at each NUMA change, so it never misses a fit
-  because of how devices happened to be sorted;
 * a percent of memory is a percent of the physical device, not of the over-committed size.
 
 A device whose profiles carry placements (dynamic MIG) gives a request that names no
@@ -35,9 +35,11 @@ from xpushare.models import (
     FitResult,
     NodeView,
 )
+from xpushare.scheduling.numa import BEFORE_NUMA, NumaRun
 from xpushare.scheduling.partitions import Geometry, Occupancy, Shape, slot_name
 from xpushare.scheduling.request import Demand, PodRequest
 from xpushare.scheduling.state import (
+    SIG_COMPUTE_CAP,
     SIG_FREE_COMPUTE,
     SIG_FREE_MEMORY,
     SIG_GEOMETRY,
@@ -97,7 +99,10 @@ def quick_reject(table: DeviceTable, demand: Demand) -> FitReason | None:
         if count > table.n_healthy - table.n_held:
             return FitReason.HELD_EXCLUSIVELY
         return FitReason.SLOTS_EXHAUSTED
-    if (demand.exclusive or demand.idle) and count > table.n_whole_free:
+    if (
+        demand.idle or (demand.exclusive_on(table.sizes[2]) and table.uniform_sizes)
+    ) and count > table.n_whole_free:
+        # Exclusive only where every device is (an over-committed one shares it).
         return FitReason.EXCLUSIVE_CONFLICT
     if demand.partition is not None:
         return None
@@ -136,7 +141,8 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
         return FitReason.SLOTS_EXHAUSTED
     if held:
         return FitReason.HELD_EXCLUSIVELY
-    if (demand.exclusive or demand.idle) and used_slots > 0:
+    exclusive = demand.exclusive_on(d.compute_cap)
+    if (exclusive or demand.idle) and used_slots > 0:
         return FitReason.EXCLUSIVE_CONFLICT
     compute = demand.compute
     partition = demand.partition
@@ -163,7 +169,7 @@ def check_device(d: DeviceState, demand: Demand, extra: Extra | None) -> FitReas
         return FitReason.INSUFFICIENT_COMPUTE
     if compute == 0 and used_compute >= d.compute_cap:
         return FitReason.COMPUTE_EXHAUSTED
-    return (d, need, compute, demand.exclusive, partition)
+    return (d, need, compute, exclusive, partition)
 
 
 def instance_for(
@@ -201,7 +207,7 @@ def sig_booked(sig: tuple[Any, ...], demand: Demand) -> tuple[Any, ...] | None:
         assert placed is not None  # sig_can_host said so
         return booked_partition_signature(sig, *placed)
     need = demand.memory_for(sig[SIG_MEMORY])
-    return booked_signature(sig, need, demand.compute, demand.exclusive)
+    return booked_signature(sig, need, demand.compute, demand.exclusive_on(sig[SIG_COMPUTE_CAP]))
 
 
 def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
@@ -217,7 +223,7 @@ def sig_can_host(sig: tuple[Any, ...], demand: Demand) -> bool:
         sig[SIG_MODEL]
     ):
         return False
-    if (demand.exclusive or demand.idle) and not sig[SIG_WHOLE]:
+    if (demand.idle or demand.exclusive_on(sig[SIG_COMPUTE_CAP])) and not sig[SIG_WHOLE]:
         return False
     if demand.partition is not None:
         return False
@@ -254,21 +260,22 @@ def fit_demand(
         if not full:
             return None, reasons
     picks: list[Pick] = []
-    groups: dict[int | None, list[Pick]] = {}
+    run: NumaRun[Pick] | None = NumaRun(count) if demand.numa_bind else None
     done: list[Pick] | None = None
     for d in devices:
         result = check_device(d, demand, extra)
         if type(result) is FitReason:
             reasons[result] = reasons.get(result, 0) + 1
+            if run is not None and done is None and result not in BEFORE_NUMA:
+                run.meet(d.numa)
             continue
         if done is not None:
             continue
         pick: Pick = result  # type: ignore[assignment]
-        if demand.numa_bind:
-            group = groups.setdefault(d.numa, [])
-            group.append(pick)
-            if len(group) == count:
-                done = group
+        if run is not None:
+            run.meet(d.numa)
+            if run.add(pick):
+                done = run.picks
         else:
             picks.append(pick)
             if len(picks) == count:
@@ -277,12 +284,9 @@ def fit_demand(
             break
     if done is not None and FitReason.TOO_FEW_DEVICES not in reasons:
         return done, reasons
-    if demand.numa_bind:
-        fitting = sum(len(g) for g in groups.values())
-        if fitting >= count:
-            best = max((len(g) for g in groups.values()), default=0)
-            reasons[FitReason.NUMA_MISMATCH] = fitting - best
-            return None, reasons
+    if run is not None and run.split():
+        reasons[FitReason.NUMA_MISMATCH] = run.discarded
+        return None, reasons
     if FitReason.TOO_FEW_DEVICES not in reasons:
         reasons[FitReason.NOT_ENOUGH_FIT] = 1
     return None, reasons

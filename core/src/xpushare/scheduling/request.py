@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from xpushare.models import ContainerRequest, PodRef
     from xpushare.scheduling.podpolicy import PodPolicy
 
+#: The compute capacity of a device without over-commit, in percent. HAMi makes a request of
+#: all the cores exclusive only on such a device (its ``Totalcore == 100``, hami-protocol.md
+#: §5.1 check 13): with ``deviceCoreScaling`` 2 a 100 % request is half the device's cores.
+WHOLE_DEVICE_COMPUTE = 100
+
 
 class Demand:
     """One container's request for one vendor, in the form the fit loop reads."""
@@ -96,6 +101,12 @@ class Demand:
         if self.memory_percent is not None:
             return physical_mib * self.memory_percent // 100
         return physical_mib
+
+    def exclusive_on(self, compute_cap: int) -> bool:
+        """Whether the demand takes a device of *compute_cap* percent whole: only where the
+        device is not over-committed (HAMi's rule), elsewhere it books its compute beside
+        others like any share."""
+        return self.exclusive and compute_cap == WHOLE_DEVICE_COMPUTE
 
     def model_allowed(self, model_key: str) -> bool:
         if self.include_models and not any(m in model_key for m in self.include_models):

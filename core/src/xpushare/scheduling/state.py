@@ -354,6 +354,8 @@ SIG_MODEL, SIG_MEMORY, SIG_FREE_MEMORY, SIG_FREE_COMPUTE, SIG_WHOLE, SIG_USABLE,
 )
 #: Positions of a partitioned device's geometry and occupancy (absent for other devices).
 SIG_GEOMETRY, SIG_OCCUPANCY = 12, 13
+#: Position of the compute capacity (100 x compute over-commit).
+SIG_COMPUTE_CAP = 8
 
 
 def device_signature(d: DeviceState) -> tuple[Any, ...]:

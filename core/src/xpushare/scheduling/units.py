@@ -2,7 +2,8 @@
 
 Scoring and fragmentation compare capacity on one scale across vendors and request forms
 (MiB, percent of memory, percent of compute): a demand takes the larger of its memory share
-and its compute share of the device, rounded up, and an exclusive demand takes all of it.
+and its compute share of the device, rounded up, and an exclusive demand takes all of a
+device that is not over-committed (on one that is, it books its compute like any share).
 For the openb trace, where a task asks the same share of memory and compute, this is exactly
 the trace's ``gpu_milli``.
 """
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def demand_units(demand: Demand, memory_mib: int, memory_cap: int, compute_cap: int) -> int:
     """Units of one device (of the given sizes) that one part of *demand* takes."""
-    if demand.exclusive:
+    if demand.exclusive_on(compute_cap):
         return UNITS
     units = 0
     if memory_cap > 0:

@@ -28,6 +28,7 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
 from xpushare.models import DeviceSlice, FitReason, FitResult
+from xpushare.scheduling.numa import BEFORE_NUMA, NumaRun
 from xpushare_amd import ids
 from xpushare_amd.config import VENDOR
 
@@ -177,7 +178,8 @@ def fit(
     ordered = sorted(devices, key=lambda d: rank.get(d.id, len(rank) + d.index))
     held = _layout_conflicts(devices, usage)
     reasons: Counter[FitReason] = Counter()
-    groups: dict[int | None, list[DeviceSlice]] = defaultdict(list)
+    # Without a NUMA binding the whole walk is one run.
+    run: NumaRun[DeviceSlice] = NumaRun(request.count)
     picks: list[DeviceSlice] | None = None
     for device in ordered:
         result = check(
@@ -187,20 +189,20 @@ def fit(
             memory_overcommit,
             ids.parse(device.id).physical in held,
         )
+        refused = isinstance(result, FitReason)
+        if request.numa_bind and picks is None and not (refused and result in BEFORE_NUMA):
+            run.meet(device.numa_node)
         if isinstance(result, FitReason):
             reasons[result] += 1
             continue
-        group = groups[device.numa_node if request.numa_bind else None]
-        group.append(result)
-        if picks is None and len(group) == request.count:
-            picks = list(group)
+        if picks is None and run.add(result):
+            picks = list(run.picks)
     if picks is not None:
         return FitResult(fits=True, devices=tuple(picks), reasons=dict(reasons))
-    fitting = sum(len(g) for g in groups.values())
     if len(devices) < request.count:
         reasons[FitReason.TOO_FEW_DEVICES] = 1
-    elif request.numa_bind and fitting >= request.count:
-        reasons[FitReason.NUMA_MISMATCH] = fitting - max(len(g) for g in groups.values())
+    elif request.numa_bind and run.split():
+        reasons[FitReason.NUMA_MISMATCH] = run.discarded
     else:
         reasons[FitReason.NOT_ENOUGH_FIT] = 1
     return FitResult(fits=False, reasons=dict(reasons), message=_message(request, reasons, held))

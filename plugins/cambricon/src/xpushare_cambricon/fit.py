@@ -13,6 +13,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from xpushare.models import DeviceSlice, DeviceUsage, FitReason, FitResult
+from xpushare.scheduling.numa import BEFORE_NUMA, NumaRun
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -103,21 +104,21 @@ def fit(
     ordered = [by_id[i] for i in device_order if i in by_id]
     ordered += [d for d in node.devices if d.id not in listed]
     reasons: Counter[FitReason] = Counter()
-    groups: dict[int | None, list[Device]] = {}
+    # Without a NUMA binding the whole walk is one run.
+    run: NumaRun[Device] = NumaRun(request.count)
     chosen: list[Device] | None = None
     for device in ordered:
         why = refusal(request, device, usage.get(device.id, _UNUSED), unit_mib)
+        if request.numa_bind and chosen is None and why not in BEFORE_NUMA:
+            run.meet(device.numa_node)
         if why is not None:
             reasons[why] += 1
             continue
-        group = groups.setdefault(device.numa_node if request.numa_bind else None, [])
-        group.append(device)
-        if chosen is None and len(group) == request.count:
-            chosen = list(group)
+        if chosen is None and run.add(device):
+            chosen = list(run.picks)
     if chosen is None:
-        fitting = sum(len(g) for g in groups.values())
-        if request.numa_bind and fitting >= request.count:
-            reasons[FitReason.NUMA_MISMATCH] += 1
+        if request.numa_bind and run.split():
+            reasons[FitReason.NUMA_MISMATCH] += run.discarded
         else:
             reasons[FitReason.NOT_ENOUGH_FIT] += 1
         return FitResult(fits=False, reasons=dict(reasons))

@@ -10,40 +10,52 @@ reported as absent ("could not measure", never zero).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
-import pynvml
+from xpushare_nvidia.lazy import pynvml
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Codes after which a device cannot be used until it is reset or re-seated.
-LOST_CODES: Final = frozenset(
-    {
-        pynvml.NVML_ERROR_GPU_IS_LOST,
-        pynvml.NVML_ERROR_RESET_REQUIRED,
-        getattr(pynvml, "NVML_ERROR_GPU_NOT_FOUND", 28),
-    }
-)
-
-#: Codes that mean "this query does not apply here": absent, not an error.
-UNSUPPORTED_CODES: Final = frozenset(
-    {
-        pynvml.NVML_ERROR_NOT_SUPPORTED,
-        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-        pynvml.NVML_ERROR_NOT_FOUND,
-    }
-)
+# The code sets below are read from the bindings when first needed, not at import
+# (lazy.py): a process that never calls NVML never imports them.
 
 
-#: What pynvml raises, instead of an NVMLError, when the symbol its unversioned wrapper
-#: names is missing (``nvmlDeviceGetComputeRunningProcesses`` on an R470 driver, which has
-#: ``_v2`` but not ``_v3``): not an NVMLError, so it must be named to be caught.
-MISMATCH: Final[tuple[type[BaseException], ...]] = tuple(
-    t for t in (getattr(pynvml, "NVMLLibraryMismatchError", None),) if isinstance(t, type)
-)
+@functools.cache
+def lost_codes() -> frozenset[int]:
+    """Codes after which a device cannot be used until it is reset or re-seated."""
+    return frozenset(
+        {
+            pynvml.NVML_ERROR_GPU_IS_LOST,
+            pynvml.NVML_ERROR_RESET_REQUIRED,
+            getattr(pynvml, "NVML_ERROR_GPU_NOT_FOUND", 28),
+        }
+    )
+
+
+@functools.cache
+def unsupported_codes() -> frozenset[int]:
+    """Codes that mean "this query does not apply here": absent, not an error."""
+    return frozenset(
+        {
+            pynvml.NVML_ERROR_NOT_SUPPORTED,
+            pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+            pynvml.NVML_ERROR_NOT_FOUND,
+        }
+    )
+
+
+@functools.cache
+def mismatch() -> tuple[type[BaseException], ...]:
+    """What pynvml raises, instead of an NVMLError, when the symbol its unversioned wrapper
+    names is missing (``nvmlDeviceGetComputeRunningProcesses`` on an R470 driver, which has
+    ``_v2`` but not ``_v3``): not an NVMLError, so it must be named to be caught."""
+    found = getattr(pynvml, "NVMLLibraryMismatchError", None)
+    return (found,) if isinstance(found, type) else ()
+
 
 #: Calls whose symbol the loaded driver lacks, reported once each (a driver does not grow
 #: symbols while the agent runs, and a sample every few seconds would repeat it forever).
@@ -58,29 +70,29 @@ def absent(what: str, exc: BaseException) -> None:
 
 def is_missing(exc: BaseException) -> bool:
     """The driver lacks the symbol (an older driver): fall back, or leave the field out."""
-    if isinstance(exc, MISMATCH):
+    if isinstance(exc, mismatch()):
         return True
     return isinstance(exc, pynvml.NVMLError) and exc.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
 
 
 def is_lost(exc: BaseException) -> bool:
-    return isinstance(exc, pynvml.NVMLError) and exc.value in LOST_CODES
+    return isinstance(exc, pynvml.NVMLError) and exc.value in lost_codes()
 
 
 def optional(what: str, fn: Callable[..., T], *args: object) -> T | None:
     """``fn(*args)``, or ``None`` when NVML cannot answer; a lost GPU still raises."""
     try:
         return fn(*args)
-    except MISMATCH as exc:
+    except mismatch() as exc:
         absent(what, exc)
         return None
     except pynvml.NVMLError as exc:
-        if exc.value in LOST_CODES:
+        if exc.value in lost_codes():
             raise
         if exc.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
             absent(what, exc)
             return None
-        if exc.value not in UNSUPPORTED_CODES:
+        if exc.value not in unsupported_codes():
             log.warning("vendor nvidia: %s failed: %s", what, exc)
         return None
     except UnicodeDecodeError as exc:
@@ -95,7 +107,7 @@ def newest(what: str, variants: Sequence[tuple[str, Callable[..., T]]], *args: o
     for name, fn in variants:
         try:
             return fn(*args)
-        except MISMATCH as exc:
+        except mismatch() as exc:
             absent(name, exc)
         except pynvml.NVMLError as exc:
             if not is_missing(exc):

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import pynvml
-
 from xpushare.models import Device, PartitionProfile, TopologyLink
 from xpushare_nvidia import dynamic, health, mig, modes, topology
 from xpushare_nvidia.calls import is_lost, normalize_bus_id, optional, text
+from xpushare_nvidia.lazy import pynvml
 from xpushare_nvidia.library import VENDOR
 
 if TYPE_CHECKING:

@@ -25,18 +25,22 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-import pynvml
-
 from xpushare.models import PartitionProfile
 from xpushare.models.device import MAX_SLICES
 from xpushare.scheduling.partitions import dynamic_profile
-from xpushare_nvidia.calls import LOST_CODES, is_missing, optional, running_processes, text
+from xpushare_nvidia.calls import is_missing, lost_codes, optional, running_processes, text
+from xpushare_nvidia.lazy import pynvml
 
 log = logging.getLogger(__name__)
 
-#: NVML's GPU instance profile indices to ask about: ``NVML_GPU_INSTANCE_PROFILE_COUNT``
-#: (0x12 in nvml.h 13.x), or that number where pynvml predates it.
-GI_PROFILE_COUNT: Final = int(getattr(pynvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0x12))
+
+def gi_profile_count() -> int:
+    """NVML's GPU instance profile indices to ask about: ``NVML_GPU_INSTANCE_PROFILE_COUNT``
+    (0x12 in nvml.h 13.x), or that number where pynvml predates it; read when asked, not at
+    import (lazy.py)."""
+    return int(getattr(pynvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0x12))
+
+
 #: The compute instance profile that takes a whole GPU instance of N compute slices
 #: (``NVML_COMPUTE_INSTANCE_PROFILE_<N>_SLICE``): one CI per GI, as HAMi and the GPU
 #: operator's default MIG devices are.
@@ -90,7 +94,7 @@ def read_profiles(handle: Any, allow: tuple[str, ...] = ()) -> tuple[GiProfile, 
     the profiles named in it (HAMi's ``migProfileAllowlist``).
     """
     found: list[GiProfile] = []
-    for index in range(GI_PROFILE_COUNT):
+    for index in range(gi_profile_count()):
         info = _profile_info(handle, index)
         if info is None or int(info.instanceCount) == 0:
             continue
@@ -120,7 +124,7 @@ def _profile_info(handle: Any, index: int) -> Any:
     try:
         return pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index, 2)
     except pynvml.NVMLError as exc:
-        if exc.value in LOST_CODES:
+        if exc.value in lost_codes():
             raise
         if not is_missing(exc):
             return None  # a profile this GPU does not have
@@ -152,7 +156,7 @@ def _placements(handle: Any, profile_id: int) -> tuple[tuple[int, ...], int]:
             handle, profile_id, array, ctypes.byref(count)
         )
     except pynvml.NVMLError as exc:
-        if exc.value in LOST_CODES:
+        if exc.value in lost_codes():
             raise
         log.warning("vendor nvidia: placements of MIG profile %d unreadable: %s", profile_id, exc)
         return (), 0
@@ -260,7 +264,7 @@ def find(handle: Any, gi: int) -> tuple[int, int, Any] | None:
         instance = pynvml.nvmlDeviceGetGpuInstanceById(handle, gi)
         info = pynvml.nvmlGpuInstanceGetInfo(instance)
     except pynvml.NVMLError as exc:
-        if exc.value in LOST_CODES:
+        if exc.value in lost_codes():
             raise
         return None
     return int(info.profileId), int(info.placement.start), instance
@@ -321,7 +325,7 @@ def instances_at(
         try:
             pynvml.nvmlDeviceGetGpuInstances(handle, profile.id, array, ctypes.byref(count))
         except pynvml.NVMLError as exc:
-            if exc.value in LOST_CODES:
+            if exc.value in lost_codes():
                 raise
             continue
         for i in range(min(int(count.value), profile.count)):

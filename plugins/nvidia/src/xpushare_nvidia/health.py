@@ -28,10 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-import pynvml
-
 from xpushare.models import Device, HealthEvent
-from xpushare_nvidia.calls import MISMATCH, UNSUPPORTED_CODES, absent, is_lost, is_missing
+from xpushare_nvidia.calls import absent, is_lost, is_missing, mismatch, unsupported_codes
+from xpushare_nvidia.lazy import pynvml
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import NvidiaConfig
@@ -39,8 +38,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Event types acted on: critical XIDs and uncorrectable ECC (nvmlEventType*).
-WATCHED: Final = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
+
+def watched() -> int:
+    """Event types acted on: critical XIDs and uncorrectable ECC (nvmlEventType*); read
+    from the bindings when first asked, not at import (lazy.py)."""
+    return int(pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError)
+
+
 #: At most this many events are taken per check, so a storm cannot hold the thread forever.
 MAX_EVENTS_PER_CHECK: Final = 64
 #: gpuInstanceId of an event that is not about a MIG instance (NVML: all ones).
@@ -139,7 +143,7 @@ def _register(w: Watcher, nvml: Nvml, devices: Sequence[Device]) -> None:
         if handle is None or device.id in w.registered or device.id in w.unwatched:
             continue
         try:
-            mask = pynvml.nvmlDeviceGetSupportedEventTypes(handle) & WATCHED
+            mask = pynvml.nvmlDeviceGetSupportedEventTypes(handle) & watched()
             if not mask:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
             pynvml.nvmlDeviceRegisterEvents(handle, mask, w.event_set)
@@ -176,7 +180,7 @@ def _drain(
     for _ in range(MAX_EVENTS_PER_CHECK):
         try:
             data = pynvml.nvmlEventSetWait(w.event_set, timeout_ms)
-        except (pynvml.NVMLError, *MISMATCH) as exc:
+        except (pynvml.NVMLError, *mismatch()) as exc:
             if is_missing(exc):
                 # No nvmlEventSetWait_v2 in this driver: XID events cannot be read; the
                 # per-GPU checks below still find lost GPUs.
@@ -258,6 +262,6 @@ def _probe_one(nvml: Nvml, uuid: str) -> str | None:
     except pynvml.NVMLError as exc:
         if is_lost(exc):
             return f"GPU is lost ({exc})"
-        if exc.value not in UNSUPPORTED_CODES:
+        if exc.value not in unsupported_codes():
             log.info("vendor nvidia: health probe of GPU %s: %s", uuid, exc)
     return None

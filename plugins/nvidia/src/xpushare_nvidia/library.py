@@ -20,10 +20,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-import pynvml
-
 from xpushare.errors import VendorUnavailable
 from xpushare.native import LibraryNotFound, candidate_paths
+from xpushare_nvidia.lazy import pynvml
 
 if TYPE_CHECKING:
     import ctypes
@@ -41,14 +40,15 @@ SONAMES: Final[tuple[str, ...]] = ("libnvidia-ml.so.1", "libnvidia-ml.so")
 
 #: NVML return codes that mean "this machine has no usable NVIDIA driver", as opposed to a
 #: fault of one device (NVML API reference, nvmlReturn_t).
+#: (By name: the bindings are read on first use, not at import, lazy.py.)
 _DRIVER_ABSENT: Final = {
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "the NVIDIA kernel driver is not loaded",
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: (
+    "NVML_ERROR_DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": (
         "libnvidia-ml and the kernel driver are different versions (driver upgraded "
         "without a reboot, or the wrong driver root mounted)"
     ),
-    pynvml.NVML_ERROR_NO_PERMISSION: "no permission to open the NVIDIA device nodes",
-    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "NVML could not load its own dependencies",
+    "NVML_ERROR_NO_PERMISSION": "no permission to open the NVIDIA device nodes",
+    "NVML_ERROR_LIBRARY_NOT_FOUND": "NVML could not load its own dependencies",
 }
 
 #: Key of :class:`Nvml` in ``ctx.state``.
@@ -99,7 +99,10 @@ def open_nvml(ctx: NodeContext, config: NvidiaConfig) -> Nvml:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        why = _DRIVER_ABSENT.get(exc.value, "NVML refused to initialise")
+        why = next(
+            (v for k, v in _DRIVER_ABSENT.items() if getattr(pynvml, k) == exc.value),
+            "NVML refused to initialise",
+        )
         raise VendorUnavailable(
             VENDOR,
             f"{library.path} loaded, but nvmlInit failed: {exc} ({why}). Check that the "

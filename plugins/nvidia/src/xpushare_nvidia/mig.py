@@ -19,10 +19,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import pynvml
-
 from xpushare.models import PartitionProfile
 from xpushare_nvidia.calls import optional, text
+from xpushare_nvidia.lazy import pynvml
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,10 @@ import logging
 import re
 from typing import Any, Final
 
-import pynvml
-
 from xpushare.models import PodView
 from xpushare_nvidia import dynamic
 from xpushare_nvidia.calls import running_processes
+from xpushare_nvidia.lazy import pynvml
 
 log = logging.getLogger(__name__)
 

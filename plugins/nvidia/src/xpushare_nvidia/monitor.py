@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pynvml
-
 from xpushare.models import ContainerUsage, Device, DeviceSample, MonitorSnapshot
 from xpushare_nvidia import hamicore, health
 from xpushare_nvidia.allocate import CONTAINERS_DIR, META_DIR
 from xpushare_nvidia.calls import is_lost, optional, running_processes
 from xpushare_nvidia.journal import Journal, instance_of
+from xpushare_nvidia.lazy import pynvml
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import NvidiaConfig

@@ -9,29 +9,36 @@ scores HAMi uses (research/hami-protocol.md §2.3) to prefer well-connected sets
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import pynvml
-
 from xpushare.models import Device, LinkKind, TopologyLink
 from xpushare_nvidia.calls import is_lost, normalize_bus_id, optional, text
+from xpushare_nvidia.lazy import pynvml
 
 log = logging.getLogger(__name__)
 
 #: NVML's common-ancestor levels (nvmlGpuTopologyLevel_t) as link kinds. Multiple PCIe
 #: switches and a single one both map to PCIE_SWITCH: the model has one kind for both.
-_LEVELS: Final[Mapping[int, LinkKind]] = {
-    pynvml.NVML_TOPOLOGY_INTERNAL: LinkKind.SAME_BOARD,
-    pynvml.NVML_TOPOLOGY_SINGLE: LinkKind.PCIE_SWITCH,
-    pynvml.NVML_TOPOLOGY_MULTIPLE: LinkKind.PCIE_SWITCH,
-    pynvml.NVML_TOPOLOGY_HOSTBRIDGE: LinkKind.PCIE_HOST_BRIDGE,
-    pynvml.NVML_TOPOLOGY_NODE: LinkKind.SAME_NUMA,
-    pynvml.NVML_TOPOLOGY_SYSTEM: LinkKind.CROSS_NUMA,
+#: (By name: the bindings are read on first use, not at import, lazy.py.)
+_LEVELS: Final[Mapping[str, LinkKind]] = {
+    "NVML_TOPOLOGY_INTERNAL": LinkKind.SAME_BOARD,
+    "NVML_TOPOLOGY_SINGLE": LinkKind.PCIE_SWITCH,
+    "NVML_TOPOLOGY_MULTIPLE": LinkKind.PCIE_SWITCH,
+    "NVML_TOPOLOGY_HOSTBRIDGE": LinkKind.PCIE_HOST_BRIDGE,
+    "NVML_TOPOLOGY_NODE": LinkKind.SAME_NUMA,
+    "NVML_TOPOLOGY_SYSTEM": LinkKind.CROSS_NUMA,
 }
+
+
+@functools.cache
+def _level_kinds() -> dict[int, LinkKind]:
+    return {int(getattr(pynvml, name)): kind for name, kind in _LEVELS.items()}
+
 
 #: HAMi's pair points per link (research/hami-protocol.md §2.3); an NVLink counts per link.
 POINTS: Final[Mapping[LinkKind, int]] = {
@@ -107,7 +114,7 @@ def discover(gpus: Sequence[GpuPort]) -> dict[str, tuple[TopologyLink, ...]]:
             pair: list[tuple[str, str, LinkKind, int]] = []
             if count:
                 pair += [(a.uuid, b.uuid, LinkKind.NVLINK, count)]
-            kind = _LEVELS.get(int(level)) if level is not None else None
+            kind = _level_kinds().get(int(level)) if level is not None else None
             if kind is not None:
                 pair += [(a.uuid, b.uuid, kind, 1)]
             for one, other, link_kind, n in pair:

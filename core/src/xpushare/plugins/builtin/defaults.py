@@ -261,7 +261,8 @@ def hami_leniencies(vendor: VendorSpec, pod: PodView, container: ContainerView) 
     if compute is not None and compute > total:
         out.append(
             f"{who}: {names.compute} {compute} is above a whole device ({total}); taken as "
-            f"{total} (the device exclusively), as HAMi clamps it to the device's total"
+            f"{total} (all of the device's compute: the device exclusively unless its compute "
+            "is over-committed), as HAMi clamps it to the device's total"
         )
     if _number(_value(container, names.memory)) == 0:
         out.append(
