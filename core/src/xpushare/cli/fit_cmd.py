@@ -217,14 +217,16 @@ def _ledger(doc: dict[str, Any], placement: Any) -> tuple[UsageLedger, str]:
         labels=raw_node.get("labels") or {},
     )
     raw_usage = doc.get("usage") or []
-    pods = list(doc.get("pods") or [])
-    for key in ("usage", "pods"):
-        raw = doc.get(key)
+    pods: list[Any] = []
+    for field in ("usage", "pods"):
+        raw = doc.get(field)
         if is_list(raw) and any(map(is_kube_object, _items(raw))):
             # kubectl's pods (`kubectl get pods -A -o yaml`): those bound to this node.
-            pods = pods_on_node(raw, name) if key == "pods" else pods + pods_on_node(raw, name)
-            if key == "usage":
+            pods += pods_on_node(raw, name)
+            if field == "usage":
                 raw_usage = []
+        elif field == "pods":
+            pods += list(raw or [])
     items = (
         list(raw_usage.items()) if isinstance(raw_usage, Mapping) else list(enumerate(raw_usage))
     )

@@ -11,7 +11,7 @@ builder serves the two forms.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from xpushare.codec import (
     ASSIGNMENT_KEY,
@@ -31,7 +31,7 @@ class KubectlInputError(ValueError):
     """A kubectl object that cannot be read; the message names the object and the field."""
 
 
-def is_kube_object(raw: Any) -> bool:
+def is_kube_object(raw: Any) -> TypeGuard[Mapping[str, Any]]:
     """Whether *raw* looks like an object kubectl printed (it has ``metadata``)."""
     return isinstance(raw, Mapping) and isinstance(raw.get("metadata"), Mapping)
 
