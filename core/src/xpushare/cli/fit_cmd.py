@@ -303,7 +303,7 @@ def command(
                            "model": "A100", "memory_mib": 40960}]},
      "usage": [{"device_id": "GPU-0", "used_slots": 1, "used_memory_mib": 8000,
                 "used_compute_percent": 30}],
-     "pod": <a Pod manifest (kubectl get pod -o json) or {"ref": ..., "containers": ...}>,
+     "pod": <a Pod (kubectl get pod -o json) or {"ref": ..., "containers": ...}>,
      "request": <instead of "pod": {"vendor": "nvidia", "memory_mib": 8000, ...}>,
      "placement": {"policy": "fgd-cpu", "memory_overcommit": {"nvidia": 1.5}}}
     """
