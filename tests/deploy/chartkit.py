@@ -47,6 +47,14 @@ def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     return copy.deepcopy(_render(json.dumps(values, sort_keys=True)))
 
 
+def notes(values: dict[str, Any] | None = None) -> str:
+    """The NOTES.txt `helm install` prints with *values*."""
+    helm_python = helm()
+    with helm_python.Chart.load(str(CHART)) as chart:
+        manifests = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
+
+
 @cache
 def _render(key: str) -> list[dict[str, Any]]:
     values = json.loads(key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from chartkit import CHART, RELEASE, SCENARIOS, config_file, find, one, render
+from chartkit import CHART, RELEASE, SCENARIOS, config_file, find, notes, one, render
 from click.testing import CliRunner
 
 from xpushare.cli.main import main as cli
@@ -157,3 +157,23 @@ def test_the_chart_refuses_a_web_view_off_loopback_without_a_token(tmp_path):
     assert config.web.allowed_hosts == ("gpus.example.org",)
     for host in ("localhost", "127.0.0.1", "::1"):
         render({"scheduler": {"web": {"enabled": True, "host": host}}})
+
+
+def test_the_charts_default_policy_is_the_cli_and_schedulers():
+    """The chart said fgd while `xpushare fit`/`simulate` and the scheduler's own config say
+    fgd-cpu: one default, everywhere."""
+    from xpushare.scheduling import DEFAULT_POLICY
+
+    placement = config_file(render(), "scheduler.yaml")["placement"]
+    assert placement["policy"] == DEFAULT_POLICY
+
+
+def test_notes_list_the_count_columns_without_a_trailing_comma():
+    two = {"vendors": {"amd": {"enabled": True}}}
+    for values, columns in (
+        (None, "xpushare.io/nvidia.count"),
+        (two, "xpushare.io/amd.count,xpushare.io/nvidia.count"),
+    ):
+        text = notes(values)
+        line = next(x for x in text.splitlines() if "kubectl get nodes -L" in x)
+        assert line.split("-L ", 1)[1].rstrip() == columns, line

@@ -7,9 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from xpushare.cli.main import main
+from xpushare.codec import encode_assignment, encode_inventory
+from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
+from xpushare.plugins.builtin import mock
 
 GPU = "xpushare.io/mock-gpu"
 MEM = "xpushare.io/mock-gpumem"
@@ -145,3 +149,119 @@ def test_bad_input_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
     bad["usage"] = [{"device_id": "GPU-9", "used_slots": 1}]
     result = run(runner, tmp_path, bad)
     assert result.exit_code == 2 and "GPU-9" in result.output
+
+
+def kubectl_node() -> dict[str, Any]:
+    """A Node as `kubectl get node gpu-1 -o yaml` prints it: 3 mock A100-40GB in our
+    inventory annotation, 16 CPUs and 64 GiB allocatable."""
+    devices = mock.parse_spec("3x A100-40GB", "gpu-1")
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "gpu-1",
+            "annotations": {
+                "xpushare.io/inventory-mock": encode_inventory("mock", "gpu-1", devices)
+            },
+            "labels": {"kubernetes.io/hostname": "gpu-1"},
+        },
+        "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}},
+    }
+
+
+def kubectl_pod(name: str, node: str | None, assignment: Any = None, cpu: str = "1") -> dict:
+    meta: dict[str, Any] = {"name": name, "namespace": "ml"}
+    if assignment is not None:
+        meta["annotations"] = {"xpushare.io/assignment": encode_assignment(assignment)}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu}}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {}}
+
+
+def kubectl_pods(node_devices: list[Any]) -> dict[str, Any]:
+    """`kubectl get pods -A -o yaml`: a List; one pod holds 30,000 MiB of GPU 0 and 12 CPUs
+    on gpu-1, one is elsewhere, one ended."""
+    held = PodAssignment(
+        node="gpu-1",
+        containers=(
+            ContainerAssignment(
+                container="main",
+                vendor="mock",
+                devices=(
+                    DeviceSlice(device_id=node_devices[0].id, memory_mib=30000, compute_percent=30),
+                ),
+            ),
+        ),
+    )
+    ended = kubectl_pod("done", "gpu-1", held, cpu="8")
+    ended["status"]["phase"] = "Succeeded"
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            kubectl_pod("holder", "gpu-1", held, cpu="12"),
+            kubectl_pod("elsewhere", "gpu-2", cpu="8"),
+            ended,
+        ],
+    }
+
+
+def test_kubectls_node_and_pods_are_read(runner: CliRunner, tmp_path: Path) -> None:
+    """The form docs/troubleshooting.md tells operators to use: it said "'node' must be an
+    object with a 'name' and its 'devices'"."""
+    node_file = tmp_path / "node.yaml"
+    node_file.write_text(yaml.safe_dump(kubectl_node()))
+    devices = mock.parse_spec("3x A100-40GB", "gpu-1")
+    pods_file = tmp_path / "pods.yaml"
+    pods_file.write_text(yaml.safe_dump(kubectl_pods(devices)))
+    wanted = kubectl_pod("train", None)
+    wanted["spec"]["containers"][0]["resources"]["limits"] = {GPU: "3", MEM: "20000"}
+    pod_file = tmp_path / "pod.yaml"
+    pod_file.write_text(yaml.safe_dump(wanted))
+    args = ["fit", "--json", "--node", str(node_file), "--pods", str(pods_file), str(pod_file)]
+    answer = json.loads(runner.invoke(main, args).output)
+    # GPU 0 holds 30,000 of 40,960 MiB: three devices of 20,000 MiB do not fit.
+    assert answer["pod"] == "ml/train" and answer["fits"] is False
+    # Two do, and the CPU counts the bound pod's 12 of the 16 allocatable (not the ended one's).
+    wanted["spec"]["containers"][0]["resources"]["limits"][GPU] = "2"
+    wanted["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "4"
+    pod_file.write_text(yaml.safe_dump(wanted))
+    answer = json.loads(runner.invoke(main, args).output)
+    assert answer["fits"] is True
+    used = {d["device_id"] for d in answer["containers"][0]["devices"]}
+    assert devices[0].id not in used
+    wanted["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+    pod_file.write_text(yaml.safe_dump(wanted))
+    answer = json.loads(runner.invoke(main, args).output)
+    assert answer["fits"] is False and answer["reason"] == "not enough free CPU on the node"
+    # The same objects inside one document.
+    doc = {"node": kubectl_node(), "usage": kubectl_pods(devices), "pod": wanted}
+    assert json.loads(run(runner, tmp_path, doc, "--json").output)["fits"] is False
+
+
+def test_a_kubectl_node_without_our_inventory_says_what_to_check(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    bare = kubectl_node()
+    bare["metadata"]["annotations"] = {}
+    result = run(runner, tmp_path, document(node=bare))
+    assert result.exit_code == 2
+    assert "node gpu-1 carries no device" in result.output and "node agent" in result.output
+
+
+def test_an_invalid_field_is_named_without_pydantics_urls(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    bad = document()
+    bad["usage"] = [{"device_id": "GPU-0", "used_slots": "many"}]
+    result = run(runner, tmp_path, bad)
+    assert result.exit_code == 2
+    assert "used_slots" in result.output and "http" not in result.output
+
+
+def test_an_unknown_policy_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
+    result = run(runner, tmp_path, document(), "--policy", "nope")
+    assert result.exit_code == 2 and "nope" in result.output

@@ -149,3 +149,43 @@ def test_plugins_fits_80_columns_and_verbose_lists_hooks(
     verbose = runner.invoke(main, ["plugins", "--verbose"]).output
     assert all(len(line) <= 80 for line in verbose.splitlines())
     assert "allocate" in verbose and "allocate" not in result.output
+
+
+def test_a_long_library_name_still_gets_a_next_step_in_80_columns() -> None:
+    """nvidia's line at 80 columns said `no libnvidia-ml.so.1` and nothing to do."""
+    from xpushare.cli.detect_cmd import _lines
+
+    reason = (
+        "vendor 'nvidia': native library not found; tried 2 path(s):\n  - libnvidia-ml.so.1\n"
+        "      libnvidia-ml.so.1: cannot open shared object file: No such file or directory"
+    )
+    rows = [
+        {"vendor": "enflame-drs", "state": "inactive", "reason": "x"},
+        {"vendor": "nvidia", "state": "inactive", "reason": reason},
+        {
+            "vendor": "mock",
+            "state": "inactive",
+            "reason": "no mock devices configured; set XPUSHARE_MOCK_DEVICES='8x A100-80GB' "
+            "or a file path",
+        },
+    ]
+    lines = _lines(rows, 80)
+    assert lines[2].endswith("no libnvidia-ml.so.1: install the driver")
+    assert lines[3].endswith("no mock devices configured: set XPUSHARE_MOCK_DEVICES")
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_scheduler_without_a_kubeconfig_says_so_in_one_line(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """It printed a 66-line traceback ending in ConfigException ... current-context; the
+    node agent said it in one line."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    result = runner.invoke(main, ["scheduler"])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "cannot configure the Kubernetes client" in errors[0]
+    assert "--kubeconfig" in errors[0]

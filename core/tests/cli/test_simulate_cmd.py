@@ -103,7 +103,31 @@ def test_unknown_policy_and_missing_trace_directory(
         main,
         ["simulate", "--nodes", str(nodes), "--pods", str(tasks), "--policy", "nope", "--quiet"],
     )
-    assert result.exit_code == 1 and "unknown placement policy 'nope'" in result.output
+    # A usage error (2), as an unknown --trace is; it was 1.
+    assert result.exit_code == 2 and "unknown placement policy 'nope'" in result.output
+    assert "--policy" in result.output
     monkeypatch.setenv("XPUSHARE_OPENB_DIR", str(tmp_path / "nowhere"))
     result = runner.invoke(main, ["simulate", "--trace", "gpuspec33"])
     assert result.exit_code == 1 and "openb_node_list_gpu_node.csv not found" in result.output
+
+
+def test_help_fits_80_columns_however_wide_the_terminal(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines of ``simulate --help`` reached 89 columns."""
+    monkeypatch.setenv("COLUMNS", "200")
+    for command in ("simulate", "fit", "scheduler", "node", "detect", "plugins"):
+        text = runner.invoke(main, [command, "--help"]).output
+        assert max(map(len, text.splitlines())) <= 80, command
+
+
+def test_the_table_says_its_tasks_are_arrivals_drawn_from_the_trace(
+    runner: CliRunner, tiny: tuple[Path, Path]
+) -> None:
+    nodes, tasks = tiny
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(tasks), "--quiet"]
+    result = runner.invoke(main, [*args, "--policy", "fgd"])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert "Tasks placed of those that arrived: drawn from the trace's" in flat
+    assert "with repeats (--inflation)" in flat

@@ -26,9 +26,10 @@ _LIBRARY = re.compile(r"\blib[\w+.-]*?\.so(?:\.\d+)*\b")
 _MISSING = re.compile(
     r"not found|could not be loaded|cannot open shared object|no such file", re.IGNORECASE
 )
-#: Sentences that tell the operator what to do begin with one of these verbs.
+#: Sentences (or clauses after ';') that tell the operator what to do begin with one of
+#: these verbs, capitalised or not ("...; set XPUSHARE_MOCK_DEVICES=...").
 _ACTION = re.compile(
-    r"(?:^|(?<=[.;:]\s))((?:Install|Set|Mount|Point|Load|Check|Run|Add|Give|Enable|Start|Use|"
+    r"(?:^|(?<=[.;:]\s))((?i:Install|Set|Mount|Point|Load|Check|Run|Add|Give|Enable|Start|Use|"
     r"Upgrade|Update)\b[^.;]*)",
 )
 
@@ -58,14 +59,22 @@ def next_steps(vendor: str, reason: str) -> list[str]:
     if library and _MISSING.search(flat):
         # Every vendor's loader says it its own way; the advice is the same for all.
         cause = f"no {library.group(0)}"
+        # Shorter and shorter, so a long library name still gets a next step in 80 columns
+        # (`no libnvidia-ml.so.1` alone used to be all nvidia's line said).
         actions = [
             f"install its driver or set vendors.{vendor}.library_path",
             "install the driver or set library_path",
+            "install the driver",
         ]
     else:
         cause = re.split(r"(?<=[.;])\s|: (?=/)", flat, maxsplit=1)[0].rstrip(".;")
         found = _ACTION.search(flat)
         actions = [found.group(1).strip()] if found else []
+        if found:
+            # Its head alone when the whole does not fit: "set XPUSHARE_MOCK_DEVICES".
+            head = re.split(r"=| or | to |'", actions[0], maxsplit=1)[0].strip()
+            if head != actions[0]:
+                actions.append(head)
     out = [f"{cause}: {a[0].lower()}{a[1:]}" for a in actions if a.lower() not in cause.lower()]
     out.append(cause)
     return out

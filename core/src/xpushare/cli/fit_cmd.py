@@ -16,8 +16,12 @@ Input is one JSON (or YAML) document, from a file or stdin::
 ``pod`` may also be a Kubernetes Pod manifest (``kubectl get pod -o json``), or be replaced
 by ``request``: one container request (or a list) in xpushare's own form. ``usage`` may be a
 list or a mapping by device id; ``node.cpu_milli``/``memory_mib`` are optional (then not
-checked). The answer: whether it fits, which devices with how much memory and compute, and
-per reason how many devices were turned down. Exit status 0 when it fits, 1 when not.
+checked). kubectl's own objects are read too (:mod:`xpushare.cli.kubectl_input`): ``node`` a
+Node as ``kubectl get node N -o yaml`` prints it, ``usage`` (or ``pods``) the pods as
+``kubectl get pods -A -o yaml`` prints them; ``--node`` and ``--pods`` take them from files,
+and the document may then be the Pod alone. The answer: whether it fits, which devices with
+how much memory and compute, and per reason how many devices were turned down. Exit status
+0 when it fits, 1 when not.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from xpushare.cli.kubectl_input import (
+    is_kube_object,
+    is_list,
+    node_document,
+    pods_on_node,
+)
 from xpushare.models import (
     ContainerAssignment,
     ContainerRequest,
@@ -68,7 +78,20 @@ class InputError(click.ClickException):
     exit_code = 2
 
 
-def _load(stream: Any) -> dict[str, Any]:
+def _problem(exc: ValidationError, limit: int = 3) -> str:
+    """A pydantic error in one line, the field first, without pydantic's help URLs."""
+    errors = exc.errors(include_url=False, include_input=False)
+    parts = []
+    for err in errors[:limit]:
+        where = ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    if len(errors) > limit:
+        parts.append(f"and {len(errors) - limit} more problems")
+    return "; ".join(parts)
+
+
+def _parse(stream: Any) -> Any:
     text = stream.read()
     try:
         doc = json.loads(text)
@@ -77,6 +100,17 @@ def _load(stream: Any) -> dict[str, Any]:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise InputError(f"the input is neither JSON nor YAML: {exc}") from None
+    return doc
+
+
+def _load(stream: Any, node: Any, pods: Any) -> dict[str, Any]:
+    doc = _parse(stream)
+    if isinstance(doc, dict) and doc.get("kind") == "Pod" and "pod" not in doc:
+        doc = {"pod": doc}  # a Pod alone, as kubectl prints it
+    if isinstance(doc, dict) and node is not None:
+        doc["node"] = _parse(node)
+    if isinstance(doc, dict) and pods is not None:
+        doc["usage"] = _parse(pods)
     if not isinstance(doc, dict):
         raise InputError("the input must be a JSON object with 'node' and 'pod' or 'request'")
     return doc
@@ -164,8 +198,13 @@ def _usage_assignment(node: str, vendor: str, u: DeviceUsage) -> PodAssignment:
 
 def _ledger(doc: dict[str, Any], placement: Any) -> tuple[UsageLedger, str]:
     raw_node = doc.get("node")
+    if is_kube_object(raw_node):
+        raw_node = node_document(raw_node)
     if not isinstance(raw_node, Mapping) or "name" not in raw_node:
-        raise InputError("'node' must be an object with a 'name' and its 'devices'")
+        raise InputError(
+            "'node' must be a Node as `kubectl get node NAME -o yaml` prints it, or an "
+            "object with a 'name' and its 'devices'"
+        )
     name = str(raw_node["name"])
     devices = [Device.model_validate(d) for d in raw_node.get("devices") or []]
     vendor_of = {d.id: d.vendor for d in devices}
@@ -178,6 +217,16 @@ def _ledger(doc: dict[str, Any], placement: Any) -> tuple[UsageLedger, str]:
         labels=raw_node.get("labels") or {},
     )
     raw_usage = doc.get("usage") or []
+    pods: list[Any] = []
+    for field in ("usage", "pods"):
+        raw = doc.get(field)
+        if is_list(raw) and any(map(is_kube_object, _items(raw))):
+            # kubectl's pods (`kubectl get pods -A -o yaml`): those bound to this node.
+            pods += pods_on_node(raw, name)
+            if field == "usage":
+                raw_usage = []
+        elif field == "pods":
+            pods += list(raw or [])
     items = (
         list(raw_usage.items()) if isinstance(raw_usage, Mapping) else list(enumerate(raw_usage))
     )
@@ -190,7 +239,7 @@ def _ledger(doc: dict[str, Any], placement: Any) -> tuple[UsageLedger, str]:
         if vendor is None:
             raise InputError(f"usage names device {usage.device_id!r}, which node {name} lacks")
         ledger.add(f"usage/{usage.device_id}", _usage_assignment(name, vendor, usage))
-    for i, pod in enumerate(doc.get("pods") or []):
+    for i, pod in enumerate(pods):
         assignment = PodAssignment.model_validate(pod["assignment"])
         ledger.add(
             str(pod.get("name") or f"pod-{i}"),
@@ -199,6 +248,10 @@ def _ledger(doc: dict[str, Any], placement: Any) -> tuple[UsageLedger, str]:
             memory_mib=int(pod.get("memory_mib") or 0),
         )
     return ledger, name
+
+
+def _items(raw: Any) -> list[Any]:
+    return list(raw if isinstance(raw, list) else raw.get("items") or [])
 
 
 def _request(doc: dict[str, Any], placer: Placer) -> tuple[PodRequest, str]:
@@ -217,14 +270,32 @@ def _request(doc: dict[str, Any], placer: Placer) -> tuple[PodRequest, str]:
 
 @click.command("fit")
 @click.argument("document", type=click.File("r"), default="-")
+@click.option(
+    "--node",
+    "node_file",
+    type=click.File("r"),
+    help="The node as `kubectl get node NAME -o yaml` prints it (replaces the document's).",
+)
+@click.option(
+    "--pods",
+    "pods_file",
+    type=click.File("r"),
+    help="The usage: the pods as `kubectl get pods -A -o yaml` prints them.",
+)
 @click.option("--policy", help="Placement policy (default: the document's, else the default).")
 @click.option("--json", "as_json", is_flag=True, help="The answer as JSON on stdout.")
-def command(document: Any, policy: str | None, as_json: bool) -> None:
+def command(
+    document: Any, node_file: Any, pods_file: Any, policy: str | None, as_json: bool
+) -> None:
     """Explain whether a pod fits a node: which devices it would get, or why not.
 
     DOCUMENT is a JSON or YAML file with the node's inventory, its usage and the pod (or
     one container request); "-" (the default) reads stdin. Exit status: 0 fits, 1 does not
-    fit, 2 bad input.
+    fit, 2 bad input. With kubectl's objects:
+
+    \b
+    xpushare fit --node <(kubectl get node N -o yaml) \\
+        --pods <(kubectl get pods -A -o yaml) <(kubectl get pod -n NS P -o yaml)
 
     \b
     {"node": {"name": "gpu-1", "cpu_milli": 64000, "memory_mib": 262144,
@@ -232,14 +303,14 @@ def command(document: Any, policy: str | None, as_json: bool) -> None:
                            "model": "A100", "memory_mib": 40960}]},
      "usage": [{"device_id": "GPU-0", "used_slots": 1, "used_memory_mib": 8000,
                 "used_compute_percent": 30}],
-     "pod": <a Pod manifest (kubectl get pod -o json) or {"ref": ..., "containers": ...}>,
+     "pod": <a Pod (kubectl get pod -o json) or {"ref": ..., "containers": ...}>,
      "request": <instead of "pod": {"vendor": "nvidia", "memory_mib": 8000, ...}>,
      "placement": {"policy": "fgd-cpu", "memory_overcommit": {"nvidia": 1.5}}}
     """
     from xpushare.placement import PlacementConfig, Placer
     from xpushare.plugins import PluginHost
 
-    doc = _load(document)
+    doc = _load(document, node_file, pods_file)
     try:
         placement = PlacementConfig.model_validate(doc.get("placement") or {})
         if policy:
@@ -249,7 +320,7 @@ def command(document: Any, policy: str | None, as_json: bool) -> None:
         placer = Placer(ledger, host=host, config=placement)
         request, who = _request(doc, placer)
     except ValidationError as exc:
-        raise InputError(f"invalid input: {exc}") from None
+        raise InputError(f"invalid input: {_problem(exc)}") from None
     except ValueError as exc:
         raise InputError(str(exc)) from None
     fit = placer.explain(request, node)

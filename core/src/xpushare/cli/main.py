@@ -26,6 +26,11 @@ COMMANDS = {
 }
 
 
+#: Columns of every command's help however wide the terminal: a standard terminal's 80,
+#: which the command line's other output (detect, plugins) keeps to as well.
+HELP_WIDTH = 80
+
+
 class _Group(click.Group):
     """Shows our own errors as one clear line (they are written for people) instead of a
     traceback; anything else is a bug and keeps its traceback."""
@@ -47,7 +52,8 @@ class _Group(click.Group):
 
 
 @click.group(
-    cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH},
 )
 @click.version_option(importlib.metadata.version("xpushare"), prog_name="xpushare")
 @click.option(

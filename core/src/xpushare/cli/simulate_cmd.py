@@ -172,7 +172,6 @@ def command(
 ) -> None:
     """Replay a workload against a simulated fleet and compare placement policies.
 
-    \b
     The protocol is the FGD paper's (Weng et al., USENIX ATC'23): tasks of the trace arrive
     in a seeded random order, inflated with random repeats to --inflation x capacity, and
     never leave; the result is the share of the fleet's GPUs allocated when arrived demand
@@ -180,12 +179,15 @@ def command(
 
     \b
     Examples:
-      xpushare simulate                               # embedded openb sample, 3 policies
-      xpushare simulate --trace default --repeat 3    # full trace, seeds 42-44
-      xpushare simulate --nodes fleet.yaml --pods tasks.yaml --policy binpack,spread
-      xpushare simulate --mig A100                    # A100s cut by MIG, not shared
-      xpushare simulate --trace all --repeat 10 --policy fgd,fgd-cpu --reference --jobs 2
+      xpushare simulate                             # embedded openb sample
+      xpushare simulate --trace default --repeat 3  # seeds 42-44
+      xpushare simulate --nodes fleet.yaml --pods tasks.yaml \\
+          --policy binpack,spread
+      xpushare simulate --mig A100                  # A100s cut by MIG
+      xpushare simulate --trace all --repeat 10 --policy fgd,fgd-cpu \\
+          --reference --jobs 2
     """
+    from xpushare.placement.placer import policy_registry
     from xpushare.simulator import TraceError, datasets
     from xpushare.simulator.batch import Job, Setup, run_jobs
     from xpushare.simulator.reference import seed_text
@@ -261,13 +263,16 @@ def command(
     try:
         for src in sources:
             src.sim = setups[src.label].build()
-        from xpushare.placement.placer import policy_registry
 
-        registry = policy_registry(sources[0].built.host)
-        for name in policies:
-            registry.create(name, sources[0].built.config.policy_options)
     except (TraceError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    registry = policy_registry(sources[0].built.host)
+    for name in policies:
+        try:
+            registry.create(name, sources[0].built.config.policy_options)
+        except ValueError as exc:
+            # A name the command line got wrong: a usage error (exit 2), as --trace's.
+            raise click.BadParameter(str(exc), param_hint="--policy") from None
 
     seeds = list(range(seed, seed + repeat))
     batch = [Job(src.label, name, s) for src in sources for s in seeds for name in policies]
@@ -371,7 +376,7 @@ def command(
                 f"{src.source}: {len(src.built.nodes)} nodes, {src.built.capacity} GPUs, "
                 f"{len(src.built.tasks)} tasks"
             )
-            _print_table(title, summarize(rs), seeds, target, plot_path)
+            _print_table(title, summarize(rs), seeds, target, plot_path, len(src.built.tasks))
     if reference is not None:
         _print_reference(comparisons, reference[0].source, target, per_source)
 
@@ -481,7 +486,12 @@ def _print_reference(
 
 
 def _print_table(
-    title: str, summaries: list[Any], seeds: list[int], target: float, plot_path: Path | None
+    title: str,
+    summaries: list[Any],
+    seeds: list[int],
+    target: float,
+    plot_path: Path | None,
+    trace_tasks: int,
 ) -> None:
     console = Console(highlight=False)
     seeds_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of seeds {seeds[0]}-{seeds[-1]}"
@@ -508,6 +518,13 @@ def _print_table(
             f"{s.seconds:.1f}",
         )
     console.print(table)
+    # The arrivals are not the trace's tasks: the FGD protocol draws them from the trace with
+    # repeats until the arrived demand reaches the target (docs/simulator.md).
+    console.print(
+        f"Tasks placed of those that arrived: drawn from the trace's {trace_tasks} with "
+        f"repeats (--inflation) until arrived GPU demand reached {target:g}% of capacity "
+        "(--target)."
+    )
     console.print("Tasks that found no node, by the reason most nodes gave:")
     for s in summaries:
         failures = "; ".join(f"{n:g} {why}" for why, n in s.failures.items()) or "none"

@@ -63,6 +63,9 @@ UNRESOLVABLE = frozenset({FitReason.NO_DEVICES, FitReason.TOO_FEW_DEVICES})
 
 #: Pods remembered between /filter and /bind, so /bind needs no GET in the normal case.
 POD_CACHE_SIZE = 4096
+#: Pods the policy learnt from that are remembered, so a pod asked about again (a retried
+#: bind, a pod preempted and placed again) is not learnt twice: as many as the pod cache.
+LEARNT_PODS_REMEMBERED = POD_CACHE_SIZE
 
 #: Parsed device requests remembered: kube-scheduler sends each pod to /filter, then
 #: /prioritize, then /bind, one pod at a time, so a few recent pods are all that repeat.
@@ -375,6 +378,8 @@ class Extender:
         # never raised into a request.
         placer.policy.on_model_error = self._model_failed
         self._pods: OrderedDict[str, ob.Object] = OrderedDict()
+        #: The pods the policy learnt from lately (see :meth:`_learn`), oldest first.
+        self._learnt: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._parsed = ParseCache()
         #: The last pod parsed, as sent, and its parse (see :meth:`_parse`).
         self._last_parsed: _Parsed | None = None
@@ -508,7 +513,8 @@ class Extender:
         dra = self._dra_request(parsed)
         if dra is not None and not self._not_ready():
             # The allocator's own filter ran first; this keeps nodes our ledger says are full.
-            checked = self.feasibility.check(dra, names)
+            checked = self.feasibility.check(dra, names, observe=False)
+            self._learn(parsed.view.ref, dra, checked.fits)
             failed.update(checked.failed)
             self.metrics.decisions.labels(verb="filter", result="dra").inc()
             return answer(checked.fits)
@@ -545,8 +551,6 @@ class Extender:
         """/filter's feasibility over *names*, one slice of them between two ``yield``s
         (a single slice, the whole list, for the common request); the fitting nodes."""
         sliced = heavy(len(names), len(request.demands))
-        if sliced:
-            self.placer.observe(request)
         rid = self.feasibility.key_of(request)
         distinct = distinct_demands(request)
         fits: list[str] = []
@@ -555,7 +559,7 @@ class Extender:
         quota = 0
         for part in slices(names, len(request.demands)) if sliced else (names,):
             # Unsliced, /filter's own call: the placer's remembered verdicts may answer.
-            result = self.feasibility.check(request, part, observe=not sliced, scored=not sliced)
+            result = self.feasibility.check(request, part, observe=False, scored=not sliced)
             if self.cluster.dra_nodes and not _whole_devices(request):
                 self._off_dra_nodes(request, result.fits, unresolvable)
             over = self._over_quota(request, parsed.view.ref.namespace, result.fits)
@@ -585,6 +589,7 @@ class Extender:
             self.metrics.failures.labels(verb="filter", reason=label).inc(n)
         if fits:
             self.metrics.decisions.labels(verb="filter", result="fit").inc()
+            self._learn(parsed.view.ref, request, fits)
         else:
             self.metrics.decisions.labels(verb="filter", result="nofit").inc()
             self._event(
@@ -597,6 +602,28 @@ class Extender:
                 ).explain(),
             )
         return fits
+
+    def _learn(self, ref: PodRef, request: PodRequest, fits: list[str]) -> None:
+        """Teach the policy *request*'s shape when it fits somewhere, once per pod.
+
+        Why not every pod asked about: the learnt workload weighs the fragmentation measure
+        and FGD's choices, and a pod that fits on no node (8 devices of more memory than any
+        has) made every free device count as fragmented and steered placement towards a
+        shape that cannot run. A Pending pod is asked about again every few seconds, so a
+        pod counts once (the last :data:`LEARNT_PODS_REMEMBERED` pods are remembered): no
+        single pod weighs more than one arrival.
+        """
+        if not fits:
+            return
+        key = (ref.namespace, ref.name, ref.uid)
+        learnt = self._learnt
+        if key in learnt:
+            learnt.move_to_end(key)
+            return
+        learnt[key] = None
+        if len(learnt) > LEARNT_PODS_REMEMBERED:
+            learnt.popitem(last=False)
+        self.placer.observe(request)
 
     def _off_dra_nodes(
         self, request: PodRequest, fits: list[str], unresolvable: dict[str, str]
@@ -777,8 +804,6 @@ class Extender:
             return self._bind_failed(
                 pod, "in-progress", f"a bind of pod {ref} is already in progress; retry later"
             )
-        if self.observe_at_bind:
-            self.placer.policy.observe(request)
         # Decide and reserve with no await in between: nobody else can take these slices.
         try:
             assignment = self.placer.decide(request, node)
@@ -787,6 +812,8 @@ class Extender:
         except PluginError as exc:
             return self._bind_failed(pod, "plugin-error", str(exc))
         self.ledger.reserve(key, assignment, namespace=ref.namespace)
+        if self.observe_at_bind:
+            self._learn(ref, request, [node])
         self.metrics.reservations.inc()
         abort = self._aborts[key] = asyncio.Event()
         self.handoffs.in_flight.add(key)

@@ -193,11 +193,21 @@ class Kube:
                     raise config.ConfigException("kubeconfig given")
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             except config.ConfigException:
-                await config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
-                    context=settings.context,
-                    client_configuration=configuration,
-                )
+                try:
+                    await config.load_kube_config(  # type: ignore[no-untyped-call]
+                        config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
+                        context=settings.context,
+                        client_configuration=configuration,
+                    )
+                except (config.ConfigException, OSError) as exc:
+                    # One line for the operator, like the node agent's: the client's own
+                    # error is a 66-line traceback ending in "current-context".
+                    raise KubeError(
+                        0,
+                        f"cannot configure the Kubernetes client: {exc}. In a pod, mount the "
+                        "service account token; elsewhere pass --kubeconfig (or set "
+                        "KUBECONFIG) or --server",
+                    ) from None
         if not _environment_matters():
             # With trust_env, aiohttp reads ~/.netrc and the proxy variables in a worker
             # thread on every request: two thread hops per API call, which on a busy loop

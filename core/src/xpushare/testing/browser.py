@@ -1,7 +1,7 @@
 """A headless Chromium for the web view's end-to-end tests, benchmark and screenshots.
 
 Why Debian's ``chromium`` driven by Playwright through its executable path: nothing may
-download a browser here (``.ci/run`` installs the distribution's package when it is
+download a browser here (``scripts/test`` installs the distribution's package when it is
 missing), and a fresh profile directory per run keeps one run's state out of the next.
 The flags keep the browser from reaching the network on its own (updates, field trials).
 """
@@ -39,7 +39,7 @@ def chromium_path() -> str:
             return found
     raise RuntimeError(
         "no chromium executable found: install Debian's package (apt-get install chromium, "
-        "as .ci/run does) or point XPUSHARE_CHROMIUM at one"
+        "as scripts/test does) or point XPUSHARE_CHROMIUM at one"
     )
 
 
