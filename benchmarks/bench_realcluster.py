@@ -304,6 +304,7 @@ def main() -> None:
             order.reverse()
         cpu = rss_before = rss_after = 0.0
         failed: dict[str, int] = {}
+        closed: dict[str, int] = {}
         spent: dict[str, tuple[float, float]] = {}
         for which in order:
             if which == "plain":
@@ -339,6 +340,13 @@ def main() -> None:
                     key: (total - timers_before[key][0], n - timers_before[key][1])
                     for key, (total, n) in timers(installed).items()
                 }
+                closed = {
+                    f"{labels['listener']} {labels['reason']}": int(value)
+                    for labels, value in installed.samples(
+                        "xpushare_scheduler_connections_closed_total"
+                    )
+                    if value
+                }
                 failed = {
                     f"{labels['verb']} {labels['reason']}": int(value)
                     for labels, value in installed.samples("xpushare_scheduler_failures_total")
@@ -368,6 +376,12 @@ def main() -> None:
         total, n = spent[key]
         if n:
             print(f"  {key:<28} {int(n):>6} calls {1000 * total / n:>8.2f} ms mean")
+    if closed:
+        # Each connection closed is a TLS handshake again for kube-scheduler or the API server.
+        print(
+            "connections our scheduler closed, by listener and reason: "
+            + ", ".join(f"{reason} {n}" for reason, n in sorted(closed.items()))
+        )
     if failed:
         # Each failed bind is a pod kube-scheduler places again: a cost, and a smell.
         print(

@@ -37,6 +37,7 @@ from xpushare.models import FitReason, PodAssignment, PodRef, PodView
 from xpushare.placement import FilterResult, NoFit, Placer
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler.bounds import heavy, pod_too_large, slices, too_many_candidates
+from xpushare.scheduler.busynodes import BindsInFlight
 from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.feasible import FeasibilityChecker
 from xpushare.scheduler.handoff import Fenced, HandoffAborted, HandoffManager, HandoffTimeout
@@ -384,6 +385,8 @@ class Extender:
         #: The last pod parsed, as sent, and its parse (see :meth:`_parse`).
         self._last_parsed: _Parsed | None = None
         self._aborts: dict[str, asyncio.Event] = {}
+        #: Binds in flight per node: /prioritize spreads a burst while a node is busy.
+        self.binding = BindsInFlight()
         #: Reservations whose Binding got no answer: kept until the pod is read back.
         self._uncertain: dict[str, tuple[PodRef, str]] = {}
         cluster.on_pod_deleted.append(self._pod_deleted)
@@ -700,7 +703,8 @@ class Extender:
             s: round(s * MAX_EXTENDER_SCORE / 100) for s in set(scores) if s is not None
         }
         scaled[None] = 0  # a node that does not fit
-        return score_list(names, list(map(scaled.__getitem__, scores)))
+        ranked = list(map(scaled.__getitem__, scores))
+        return score_list(names, self.binding.spread(names, ranked))
 
     # -- /bind -------------------------------------------------------------------------------------
 
@@ -817,6 +821,7 @@ class Extender:
         self.metrics.reservations.inc()
         abort = self._aborts[key] = asyncio.Event()
         self.handoffs.in_flight.add(key)
+        self.binding.started(node)
         # The version the decision was made on: the Binding's precondition. A newer leader
         # that fences this pod changes it, and then this Binding is refused.
         version = ob.resource_version(pod)
@@ -883,6 +888,7 @@ class Extender:
             self.metrics.reservations.dec()
             self._aborts.pop(key, None)
             self.handoffs.in_flight.discard(key)
+            self.binding.finished(node)
             self._pods.pop(f"{ref.namespace}/{ref.name}", None)
         self.ledger.confirm(key)
         self.cluster.assume(key)
