@@ -266,6 +266,13 @@ def main() -> None:
         help="the chart's scheduler.filterWorkers (its advice past ~1,000 nodes: 1)",
     )
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of our scheduler, as `xpushare scheduler --set` takes it (repeatable)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         help="sample our scheduler with py-spy (installed separately: pip install py-spy) "
@@ -277,8 +284,13 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="bench-realcluster-") as work,
         ControlPlane(binaries_folder(REPO), Path(work)) as plane,
     ):
+        settings = dict(item.split("=", 1) for item in args.set)
         installed = install(
-            plane, VALUES[args.vendor], client_qps=args.qps, filter_workers=args.filter_workers
+            plane,
+            VALUES[args.vendor],
+            client_qps=args.qps,
+            filter_workers=args.filter_workers,
+            settings=settings or None,
         )
         plain_config = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -357,7 +369,7 @@ def main() -> None:
     print(
         f"vendor {args.vendor}, {args.nodes} nodes x {GPUS_PER_NODE} GPUs, {args.pods} pods "
         f"per phase, order {args.order}, kube-scheduler client qps {args.qps or 'default (50)'}, "
-        f"filter workers {args.filter_workers}"
+        f"filter workers {args.filter_workers}, settings {args.set or 'none'}"
     )
     print(f"{'phase':<10} {'bound':>7} {'pods/s':>8} {'created in':>11} {'nodes':>7} {'most':>5}")
     for label, p in (("plain", plain), ("extender", extender)):
