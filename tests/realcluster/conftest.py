@@ -31,6 +31,7 @@ from xpushare.testing.realcluster import (
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
+from nvidia_fake import FakeNvidia  # noqa: E402
 from realkit import Installed, install  # noqa: E402
 
 #: Leader election a test can watch change hands within seconds, slack enough that a loaded
@@ -102,6 +103,20 @@ def replicated(
             plane,
             lambda p: install(p, replicas=2, settings=FAST_LEASE),
         )
+
+
+@pytest.fixture(scope="session")
+def nvidia_library(tmp_path_factory: pytest.TempPathFactory) -> FakeNvidia:
+    """The fake NVML, compiled once for the session (see nvidia_fake.py)."""
+    return FakeNvidia.build(tmp_path_factory.mktemp("fake-nvidia"))
+
+
+@pytest.fixture(scope="module")
+def fake_nvidia(nvidia_library: FakeNvidia) -> Iterator[FakeNvidia]:
+    """The fake NVML with an empty device table for this module's node (its tests add GPUs)."""
+    nvidia_library.fake.reset()
+    yield nvidia_library
+    nvidia_library.fake.reset()
 
 
 @pytest.fixture(autouse=True)
