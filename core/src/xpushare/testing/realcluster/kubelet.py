@@ -290,8 +290,19 @@ class KubeletNode:
             self.runtime = None
         if self.plane.url:
             with contextlib.suppress(Exception):
-                self.plane.core().delete_node(self.name)
+                self._forget()
         shutil.rmtree(self.home, ignore_errors=True)
+
+    def _forget(self) -> None:
+        """Remove the Node and the pods still bound to it, as the pod garbage collector (not
+        run here) removes the pods of a Node that is gone."""
+        core = self.plane.core()
+        left = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}")
+        for pod in left.items:
+            core.delete_namespaced_pod(
+                pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+            )
+        core.delete_node(self.name)
 
     def _wait_socket(self, component: Component, path: Path) -> None:
         deadline = time.monotonic() + START_WAIT_S
