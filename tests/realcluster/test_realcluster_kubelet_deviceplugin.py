@@ -10,6 +10,7 @@ runtime to create is read from the runtime's record.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -206,3 +207,59 @@ def _annotations(installed: Installed) -> dict[str, str]:
 
 def _deadline() -> float:
     return time.monotonic() + KUBELET_WAIT_S
+
+
+def test_the_daemonsets_command_registers_with_a_real_kubelet(installed: Installed) -> None:
+    """``xpushare node`` itself (the DaemonSet's command, a process of its own, flags as the
+    chart passes them) with the mock vendor: its resource on the Node, and again after a
+    kubelet restart."""
+    import os
+    import subprocess
+
+    import yaml
+
+    name = "kubelet-cli"
+    with KubeletNode(installed.plane, name, labels={GROUP_LABEL: name}) as node:
+        vendors = node.home / "vendors.yaml"
+        vendors.write_text(yaml.safe_dump({"mock": {"devices": "3x A100-80GB"}}))
+        args = [
+            sys.executable,
+            "-m",
+            "xpushare.cli",
+            "node",
+            f"--node-name={name}",
+            f"--kubeconfig={agent_kubeconfig(installed, name)}",
+            f"--device-plugin-dir={node.device_plugin_dir}",
+            f"--pod-resources-socket={node.pod_resources_socket}",
+            f"--vendor-config={vendors}",
+            "--metrics-host=127.0.0.1",
+            "--metrics-port=0",
+            "--partition-lock=",
+        ]
+        env = {**os.environ, "XPUSHARE_PLUGINS": "mock", "PYTHONUNBUFFERED": "1"}
+        log = installed.plane.logs / f"xpushare-node-{name}.log"
+        with log.open("ab") as out:
+            agent = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+
+            def listed() -> bool:
+                capacity = node.capacity()
+                return capacity.get(MOCK) == str(3 * SHARES) and agent.poll() is None
+
+            assert eventually(listed, KUBELET_WAIT_S), (node.capacity(), log.read_text())
+            node.restart()
+            assert node.kubelet is not None
+            kubelet_log = node.kubelet.log_path
+
+            def registered_twice() -> bool:
+                text = kubelet_log.read_text(errors="replace")
+                asked = (
+                    f'registration request from device plugin with resource" resourceName="{MOCK}"'
+                )
+                return text.count(asked) == 2 and agent.poll() is None
+
+            assert eventually(registered_twice, KUBELET_WAIT_S), log.read_text()
+            assert eventually(listed, KUBELET_WAIT_S), node.capacity()
+        finally:
+            agent.terminate()
+            agent.wait(10)
