@@ -5,7 +5,9 @@ scheduler take seconds to start on a shared 2-core machine; every test makes its
 pods (each test's pods are pinned to its own nodes by a nodeSelector), so they do not need a
 fresh cluster each.
 
-The binaries come from ``scripts/kube-binaries`` (``XPUSHARE_KUBE_BIN`` names another folder).
+The binaries come from ``scripts/kube-binaries`` (``XPUSHARE_KUBE_BIN`` names another folder),
+our fake container runtime among them: the kubelet tests add real kubelets (one node per test
+module, ``KubeletNode``) to the session's control plane.
 When they are missing the suite is skipped with the command that builds them, except under
 ``CI=true`` or with ``XPUSHARE_KUBE_BIN`` set, where a missing binary is a failure: .ci/run
 builds them first and names the folder.

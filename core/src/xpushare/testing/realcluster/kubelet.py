@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -181,6 +182,12 @@ class KubeletNode:
         """Start the runtime and kubelet; returns once the Node is Ready and untainted."""
         pki = self.plane.pki
         assert pki is not None, "the control plane is not started"
+        if os.geteuid() != 0:
+            raise PermissionError(
+                f"a real kubelet ({self.name}) needs root: kubelet itself, and the bind "
+                "mounts of its device-plugin folder in its own mount namespace; run the "
+                "real-cluster suite as root"
+            )
         self.container_logs.mkdir(parents=True, exist_ok=True)
         for folder in (self.root, self.device_plugin_dir, self.record):
             folder.mkdir(parents=True, exist_ok=True)
