@@ -21,13 +21,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from xpushare.node import NodeAgent, NodeConfig
-from xpushare.node.tasks import TaskFailed
 from xpushare.testing.realcluster.processes import START_WAIT_S, STOP_WAIT_S
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from xpushare.node import NodeAgent, NodeConfig
     from xpushare.node.kube import NodeKube
     from xpushare.plugins import PluginHost
     from xpushare.testing.realcluster.kubelet import KubeletNode
@@ -38,6 +37,10 @@ def config_for(node: KubeletNode, **overrides: Any) -> NodeConfig:
     watcher, DRA socket folder and PodResources socket, a CDI folder of the node's own, and
     loops quick enough for a test. Detection and the periodic reconciliation run every ten
     minutes: whatever a test sees happen comes from a watch or an event, not a timer."""
+    # The node agent (gRPC, the Kubernetes client) is imported only by the tests that run
+    # one: a control plane alone does not need it.
+    from xpushare.node import NodeConfig
+
     base = NodeConfig(
         node_name=node.name,
         device_plugin_dir=node.device_plugin_dir,
@@ -95,6 +98,8 @@ class AgentThread:
         asyncio.run(self._run())
 
     async def _run(self) -> None:
+        from xpushare.node import NodeAgent
+
         self._loop = asyncio.get_running_loop()
         self.agent = NodeAgent(self.config, self.host, self.kube)
         self._made.set()
@@ -105,6 +110,8 @@ class AgentThread:
 
     def stop(self) -> None:
         """Stop the agent, wait for its thread, shut the vendor libraries down."""
+        from xpushare.node.tasks import TaskFailed
+
         agent, loop = self.agent, self._loop
         if agent is not None and loop is not None and self._thread.is_alive():
             future = asyncio.run_coroutine_threadsafe(agent.stop(), loop)
