@@ -5,7 +5,9 @@ scheduler take seconds to start on a shared 2-core machine; every test makes its
 pods (each test's pods are pinned to its own nodes by a nodeSelector), so they do not need a
 fresh cluster each.
 
-The binaries come from ``scripts/kube-binaries`` (``XPUSHARE_KUBE_BIN`` names another folder).
+The binaries come from ``scripts/kube-binaries`` (``XPUSHARE_KUBE_BIN`` names another folder),
+our fake container runtime among them: the kubelet tests add real kubelets (one node per test
+module, ``KubeletNode``) to the session's control plane.
 When they are missing the suite is skipped with the command that builds them, except under
 ``CI=true`` or with ``XPUSHARE_KUBE_BIN`` set, where a missing binary is a failure: .ci/run
 builds them first and names the folder.
@@ -31,6 +33,7 @@ from xpushare.testing.realcluster import (
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
+from nvidia_fake import FakeNvidia  # noqa: E402
 from realkit import Installed, install  # noqa: E402
 
 #: Leader election a test can watch change hands within seconds, slack enough that a loaded
@@ -102,6 +105,20 @@ def replicated(
             plane,
             lambda p: install(p, replicas=2, settings=FAST_LEASE),
         )
+
+
+@pytest.fixture(scope="session")
+def nvidia_library(tmp_path_factory: pytest.TempPathFactory) -> FakeNvidia:
+    """The fake NVML, compiled once for the session (see nvidia_fake.py)."""
+    return FakeNvidia.build(tmp_path_factory.mktemp("fake-nvidia"))
+
+
+@pytest.fixture(scope="module")
+def fake_nvidia(nvidia_library: FakeNvidia) -> Iterator[FakeNvidia]:
+    """The fake NVML with an empty device table for this module's node (its tests add GPUs)."""
+    nvidia_library.fake.reset()
+    yield nvidia_library
+    nvidia_library.fake.reset()
 
 
 @pytest.fixture(autouse=True)

@@ -342,3 +342,46 @@ def install(
     if not kube_scheduler.alive():
         raise RuntimeError(f"kube-scheduler exited:\n{kube_scheduler.log_tail()}")
     return Installed(plane, core, url, chart, urls, proxy)
+
+
+#: The node agent's ServiceAccount, as the chart names it.
+AGENT_ACCOUNT = f"{RELEASE}-xpushare-node"
+
+
+def agent_kubeconfig(installed: Installed, node: str) -> Any:
+    """A kubeconfig for the node agent of *node*: a token of the chart's node-agent
+    ServiceAccount bound to a pod of that node, as kubelet mounts it in the DaemonSet's pod
+    (the chart's node-scoped policy checks the node named in the token). The pod stands for
+    the DaemonSet's; where a real kubelet runs on the node, it "runs" it on the fake runtime.
+    """
+    pod = installed.core.create_namespaced_pod(
+        SYSTEM_NAMESPACE,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"agent-{node}", "namespace": SYSTEM_NAMESPACE},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": AGENT_ACCOUNT,
+                # The token is made below; kubelet need not project one.
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "agent", "image": "xpushare"}],
+            },
+        },
+    )
+    return installed.plane.token_kubeconfig(
+        SYSTEM_NAMESPACE, AGENT_ACCOUNT, pod=(pod.metadata.name, pod.metadata.uid)
+    )
+
+
+def gone(installed: Installed, name: str, namespace: str = PODS_NAMESPACE) -> bool:
+    """Whether the pod is no longer in the API server (kubelet confirmed its end)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        installed.core.read_namespaced_pod(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False

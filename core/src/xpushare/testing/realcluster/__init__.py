@@ -8,7 +8,7 @@ These are the real binaries of the release pinned in ``tools/kube`` (built by
 certificates, service-account tokens signed by the API server, ``Node,RBAC`` authorization and
 the admission plugins that call our webhook and evaluate our ValidatingAdmissionPolicy.
 
-No kubelet runs: a bound pod stays Pending on a Node object that :func:`ready_node` made, which
+Without a kubelet a bound pod stays Pending on a Node object that :func:`ready_node` made, which
 is all the scheduler, the webhook and the ledger look at::
 
     with ControlPlane(binaries, tmp_dir) as cluster:        # etcd, apiserver, controllers
@@ -16,9 +16,14 @@ is all the scheduler, the webhook and the ledger look at::
         core = cluster.core()                               # kubernetes.client.CoreV1Api
         core.create_node(ready_node("gpu-1", annotations, {"nvidia.com/gpu": "10"}))
 
+Where a test needs kubelet itself (its device manager and DRA manager calling our node agent),
+:class:`KubeletNode` runs a real one, registered as ``system:node:NAME``, in front of our fake
+container runtime, and :class:`AgentThread` runs the node agent against it.
+
 Every process is ended (terminate, then kill) when the block ends, whatever happened in it.
 """
 
+from xpushare.testing.realcluster.agentthread import AgentThread, config_for
 from xpushare.testing.realcluster.controlplane import (
     ADMISSION_PLUGINS,
     BINARIES,
@@ -26,6 +31,12 @@ from xpushare.testing.realcluster.controlplane import (
     ControlPlane,
     binaries_missing,
     start_xpushare_scheduler,
+)
+from xpushare.testing.realcluster.kubelet import (
+    RUNTIME_BINARY,
+    KubeletNode,
+    config_env,
+    kubelet_config,
 )
 from xpushare.testing.realcluster.objects import (
     create_ready_node,
@@ -48,17 +59,23 @@ __all__ = [
     "ADMISSION_PLUGINS",
     "BINARIES",
     "CONTROLLERS",
+    "RUNTIME_BINARY",
+    "AgentThread",
     "Component",
     "ControlPlane",
     "CutProxy",
     "HandoffReleaser",
+    "KubeletNode",
     "Pki",
     "ReadyProxy",
     "binaries_folder",
     "binaries_missing",
+    "config_env",
+    "config_for",
     "create_ready_node",
     "extender_config",
     "free_port",
+    "kubelet_config",
     "ready_node",
     "start_process",
     "start_xpushare_scheduler",

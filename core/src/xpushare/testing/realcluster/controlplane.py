@@ -32,11 +32,19 @@ from xpushare.testing.realcluster.processes import (
     write_kubeconfig,
 )
 
-#: The binaries ``scripts/kube-binaries`` builds, in start order.
 #: Bound of one call to etcd's gateway on loopback (answers within milliseconds).
 ETCD_CALL_S = 10.0
 
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+#: The binaries ``scripts/kube-binaries`` builds, in start order; the last is our fake
+#: container runtime (tools/kube/fakeruntime), which the tests' kubelets talk to.
+BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "fake-runtime",
+)
 
 #: Controllers the tests need: tokens for our ServiceAccounts (the chart's RBAC is proven with
 #: them), the ``default`` ServiceAccount the ServiceAccount admission plugin requires before it
