@@ -6,6 +6,7 @@ the extender over HTTP, or of ``xpushare fit``: never from the view's code.
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import aiohttp
@@ -183,9 +184,71 @@ async def test_pending_pod_explanation_is_filters_and_fits(api, scheduler_factor
     await sched.scheduler.events.flush()
     _, page = await _get(http, f"{web_url(sched)}/api/v1/pods/default/huge")
     assert [e["reason"] for e in page["events"]] == ["NoDeviceFit"]
-    summary = page["explanation"]["summary"]
-    assert summary.startswith("no node has the devices this pod asks for")
-    assert summary == page["events"][0]["message"]
+    # No device is that large: the page says so, not "not enough free device memory".
+    x = page["explanation"]
+    largest = max(d.memory_mib for n in names for d in sched.scheduler.ledger.devices(n))
+    assert x["too_large"] == [
+        f"90,000 MiB per mock device is larger than any mock device (the largest books "
+        f"{largest:,} MiB)"
+    ]
+    assert x["summary"] == "no node can ever hold this pod: " + x["too_large"][0]
+    assert page["events"][0]["message"].startswith("no node has the devices this pod asks for")
+
+
+async def test_refusals_are_grouped_by_reason_with_counts(api, scheduler_factory, http):
+    """Nodes refused for one reason in differing words ("4/8 devices usable", "6/8 devices
+    usable") were listed once per wording: one entry per reason now, counts summed."""
+    add_nodes(api, 4)
+    sched = await scheduler_factory(**WEB)
+    await sched.settle(api)
+    for i, used in enumerate((2, 4, 6, 8)):
+        await _bind(api, sched, http, f"p{i}", f"node-{i}", gpu=str(used), mem="60000")
+    want = gpu_pod("wide", gpu="8", mem="30000")
+    async with http.post(f"{web_url(sched)}/api/v1/whatif", json=want) as r:
+        x = await r.json()
+    assert x["filter"]["NodeNames"] == []
+    assert len(x["groups"]) == 4  # four wordings
+    [entry] = x["reasons"]
+    assert entry["reason"] == "not enough free device memory"
+    assert entry["count"] == 4 == sum(g["count"] for g in x["groups"])
+    assert sorted(entry["nodes"]) == ["node-0", "node-1", "node-2", "node-3"]
+
+
+async def test_the_fleet_answer_is_compressed_for_clients_that_accept_it(
+    api, scheduler_factory, http
+):
+    sched = await _fleet_nodes(api, scheduler_factory)
+    url = f"{web_url(sched)}/api/v1/fleet"
+    async with aiohttp.ClientSession(auto_decompress=False) as raw:
+        async with raw.get(url, headers={"Accept-Encoding": "gzip"}) as r:
+            assert r.headers["Content-Encoding"] == "gzip"
+            zipped = await r.read()
+        async with raw.get(url, headers={"Accept-Encoding": "identity"}) as r:
+            assert "Content-Encoding" not in r.headers
+            plain = json.loads(await r.read())
+    unzipped = json.loads(gzip.decompress(zipped))
+    unzipped.pop("status"), plain.pop("status")
+    assert unzipped == plain and len(zipped) < len(json.dumps(plain))
+
+
+async def test_the_fleet_answer_names_the_workload_it_measured_against(
+    api, scheduler_factory, http
+):
+    sched = await _fleet_nodes(api, scheduler_factory)
+    names = ["node-0", "node-1", "small-0"]
+    _, fleet = await _get(http, f"{web_url(sched)}/api/v1/fleet")
+    assert fleet["workload"] == {"learnt": True, "pods": 0, "shapes": 0, "top": []}
+    await sched.post(http, "filter", filter_args(gpu_pod("x", gpu="8", mem="90000"), names))
+    await sched.post(http, "filter", filter_args(gpu_pod("y", gpu="2", mem="20480"), names))
+    _, fleet = await _get(http, f"{web_url(sched)}/api/v1/fleet")
+    # The pod that fits nowhere is not in it.
+    assert fleet["workload"] == {
+        "learnt": True,
+        "pods": 1,
+        "shapes": 1,
+        "top": [["2 x 20 GiB (mock)", 1.0]],
+    }
+    assert [n["pods"] for n in fleet["nodes"]] == [0, 0, 0]
 
 
 async def test_bound_pod_shows_its_assignment(api, scheduler_factory, http):

@@ -161,7 +161,13 @@ async def test_pending_pod_page_explains_as_xpushare_fit(api, scheduler_factory,
         await page.goto(web_url(sched) + "/#/pod/default/huge")
         await page.wait_for_selector("[data-testid=fit]", timeout=WAIT_MS)
         summary = await page.inner_text("[data-testid=summary-line]")
-        assert summary.startswith("no node has the devices this pod asks for")
+        # 90,000 MiB on 80 and 32 GB cards: no device is that large, and the page says so.
+        assert summary.startswith("no node can ever hold this pod: 90,000 MiB per mock device")
+        assert "larger than any mock device" in await page.inner_text("[data-testid=too-large]")
+        # One line per reason, with its count: the four nodes share one reason.
+        groups = await page.query_selector_all("[data-testid=reason-group]")
+        counts = [await (await g.query_selector("[data-k=count]")).inner_text() for g in groups]
+        assert counts == ["4"]
         fits = await page.query_selector_all("[data-testid=fit]")
         assert fits
         for block in fits:

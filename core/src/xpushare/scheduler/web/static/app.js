@@ -403,12 +403,18 @@ function renderExplanation(x) {
       <td>${g.unresolvable ? "needs other nodes" : "full now"}</td>
       <td>${g.nodes.map((n) => `<a href="#/node/${encodeURIComponent(n)}">${esc(n)}</a>`).join(" ")}${g.count > g.nodes.length ? " …" : ""}</td></tr>`).join("");
   const fits = x.groups.flatMap((g) => g.explanations).map(renderFit).join("");
+  const reasons = (x.reasons || []).map((g) => `<tr data-testid="reason-group"><td class="n" data-k="count">${g.count}</td><td data-k="reason">${esc(g.reason)}</td>
+      <td class="muted">${g.unresolvable === g.count ? "needs other nodes" : g.unresolvable ? `${g.count - g.unresolvable} full now, ${g.unresolvable} need other nodes` : "full now"}</td>
+      <td>${g.nodes.map((n) => `<a href="#/node/${encodeURIComponent(n)}">${esc(n)}</a>`).join(" ")}${g.count > g.nodes.length ? " …" : ""}</td></tr>`).join("");
+  const tooLarge = (x.too_large || []).map((t) => `<li>${esc(t)}</li>`).join("");
   const ranking = x.ranking.map((r) => `<tr data-testid="ranked"><td><a href="#/node/${encodeURIComponent(r.node)}">${esc(r.node)}</a></td><td class="n">${r.score}</td><td class="n">${r.policy_score}</td></tr>`).join("");
   return `<p data-testid="summary-line">${esc(x.summary)}</p>
     ${x.asks ? `<p class="muted">asks: ${esc(x.asks)} · policy ${esc(x.policy)} · ${x.nodes_considered} nodes considered</p>` : ""}
     ${x.best ? `<h2>Would go to <span data-testid="best-node">${esc(x.best.node)}</span></h2>${renderFit(x.best)}` : ""}
     ${ranking ? `<h2>Nodes that fit, best first</h2><table data-testid="ranking"><thead><tr><th>node</th><th class="n">extender score</th><th class="n">policy score</th></tr></thead><tbody>${ranking}</tbody></table>` : ""}
-    ${groups ? `<h2>Nodes that do not fit</h2><table data-testid="groups"><thead><tr><th class="n">nodes</th><th>why</th><th></th><th>which</th></tr></thead><tbody>${groups}</tbody></table>` : ""}
+    ${tooLarge ? `<h2>Larger than any device</h2><ul data-testid="too-large">${tooLarge}</ul>` : ""}
+    ${reasons ? `<h2>Nodes that do not fit, by reason</h2><table data-testid="reasons"><thead><tr><th class="n">nodes</th><th>why</th><th></th><th>which</th></tr></thead><tbody>${reasons}</tbody></table>` : ""}
+    ${groups ? `<details><summary>Each refusal as /filter words it (${x.groups.length})</summary><table data-testid="groups"><thead><tr><th class="n">nodes</th><th>why</th><th></th><th>which</th></tr></thead><tbody>${groups}</tbody></table></details>` : ""}
     ${fits ? `<h2>As <code>xpushare fit</code> explains it</h2>${fits}` : ""}
     <details><summary>/filter's answer</summary><pre data-testid="filter-json">${esc(JSON.stringify(x.filter, null, 1))}</pre></details>`;
 }
@@ -467,11 +473,12 @@ async function showSearch(params, mine) {
   try {
     const r = await getJSON("/api/v1/search?" + new URLSearchParams({ q }).toString());
     if (mine !== generation) return;
+    const shown = (list, total) => list.length < total ? `${total}, the first ${list.length} shown: narrow the search` : String(total);
     const pods = (list) => list.map((p) => `<li data-testid="pod-hit"><a href="#/pod/${encodeURIComponent(p.namespace)}/${encodeURIComponent(p.pod)}">${esc(p.namespace)}/${esc(p.pod)}</a>${p.node ? " on " + esc(p.node) : ""}</li>`).join("");
     document.getElementById("results").innerHTML = `
-      <h2>Nodes (${r.nodes_total})</h2><ul>${r.nodes.map((n) => `<li data-testid="node-hit"><a href="#/node/${encodeURIComponent(n)}">${esc(n)}</a></li>`).join("")}</ul>
-      <h2>Pods with devices (${r.pods_total})</h2><ul>${pods(r.pods)}</ul>
-      <h2>Pending pods (${r.pending_total})</h2><ul>${pods(r.pending)}</ul>
+      <h2 data-testid="nodes-total">Nodes (${shown(r.nodes, r.nodes_total)})</h2><ul>${r.nodes.map((n) => `<li data-testid="node-hit"><a href="#/node/${encodeURIComponent(n)}">${esc(n)}</a></li>`).join("")}</ul>
+      <h2 data-testid="pods-total">Pods with devices (${shown(r.pods, r.pods_total)})</h2><ul>${pods(r.pods)}</ul>
+      <h2 data-testid="pending-total">Pending pods (${shown(r.pending, r.pending_total)})</h2><ul>${pods(r.pending)}</ul>
       ${r.pending_error ? `<p class="error">${esc(r.pending_error)}</p>` : ""}`;
   } catch (error) {
     document.getElementById("results").innerHTML = `<p class="error">${esc(error.message)}</p>`;
