@@ -147,6 +147,10 @@ async def test_node_page_lists_shares_with_pod_container_and_since(api, schedule
     }
     assert {(s["memory_mib"], s["compute_percent"]) for s in shares} == {(30000, 40)}
     assert all(s["since"] > 0 and not s["reserved"] for s in shares)
+    # The Node's allocatable (64 CPUs, 256 GiB in the fake API server's nodes); it showed
+    # "CPU 0 / ? m": the scheduler never recorded it. Its use is kube-scheduler's to book.
+    assert node["cpu_milli"] == {"allocatable": 64_000, "used": None}
+    assert node["memory_mib"] == {"allocatable": 256 * 1024, "used": None}
     used = {d["id"]: d["memory_used_mib"] for d in node["devices"]}
     assert sorted(used[s["device_id"]] for s in shares) == [30000, 30000]
     assert node["live"] is None and "Prometheus" in node["live_error"]

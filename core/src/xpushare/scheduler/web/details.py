@@ -100,11 +100,22 @@ def node_detail(
         }
         shares.extend(_share_rows(entry.assignment, who, vendor_of))
     handoff = cluster.handoff(state.name)
+    node_record = cluster.nodes.get(state.name)
+    cpu = node_record.cpu_allocatable if node_record else None
+    memory = node_record.memory_allocatable if node_record else None
     return {
         "name": state.name,
         "labels": dict(sorted(state.labels.items())),
-        "cpu_milli": {"allocatable": state.cpu_alloc, "used": state.cpu_used},
-        "memory_mib": {"allocatable": state.memory_alloc, "used": state.memory_used},
+        # The ledger books host resources only where it was told the node's allocatable (the
+        # simulator); the scheduler's is the Node's, and its use is kube-scheduler's to book.
+        "cpu_milli": {
+            "allocatable": state.cpu_alloc if state.cpu_alloc is not None else cpu,
+            "used": state.cpu_used if state.cpu_alloc is not None else None,
+        },
+        "memory_mib": {
+            "allocatable": state.memory_alloc if state.memory_alloc is not None else memory,
+            "used": state.memory_used if state.memory_alloc is not None else None,
+        },
         "fragmentation_gpus": fragmentation if frag is not None else None,
         "devices": devices,
         "shares": shares,

@@ -340,6 +340,18 @@ function statusText(status) {
 
 // ---- node -------------------------------------------------------------------------------
 
+// The node's CPU and memory: allocatable as the Node says; what is used, where the scheduler
+// books it (kube-scheduler books them for the extender's nodes).
+function hostLine(d) {
+  const cpu = d.cpu_milli;
+  const mem = d.memory_mib;
+  const cores = (m) => (m / 1000).toLocaleString("en-US", { maximumFractionDigits: 1 });
+  const cpuText = cpu.allocatable == null ? "unknown" : (cpu.used == null ? "" : cores(cpu.used) + " of ") + cores(cpu.allocatable) + " cores";
+  const memText = mem.allocatable == null ? "unknown" : (mem.used == null ? "" : bytes(mem.used) + " of ") + bytes(mem.allocatable);
+  const note = cpu.used == null ? " (allocatable; kube-scheduler books CPU and memory, xpushare the devices)" : " used";
+  return `CPU <span data-k="cpu">${cpuText}</span> · memory <span data-k="memory">${memText}</span>${note}`;
+}
+
 function renderNode(d) {
   const live = d.live ? d.live.devices : {};
   const devices = d.devices.map((x) => {
@@ -361,7 +373,7 @@ function renderNode(d) {
   const labels = Object.entries(d.labels).map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join(" ");
   main.innerHTML = `<h1>Node <span data-testid="node-name">${esc(d.name)}</span></h1>
     <p>fragmented GPUs: <span data-testid="node-frag">${frag}</span>${d.handoff ? ` · handing devices to ${esc(d.handoff.pod)}` : ""}</p>
-    <p class="muted">CPU ${d.cpu_milli.used} / ${d.cpu_milli.allocatable ?? "?"} m · memory ${d.memory_mib.used} / ${d.memory_mib.allocatable ?? "?"} MiB</p>
+    <p class="muted" data-testid="host">${hostLine(d)}</p>
     <h2>Devices</h2><table data-testid="devices"><thead><tr><th>vendor</th><th class="n">index</th><th>id</th><th>model</th><th>health</th>
       <th class="n">memory used MiB</th><th class="n">of MiB</th><th class="n">compute used %</th><th class="n">of %</th><th class="n">slots</th><th class="n">free GPU</th>
       <th class="n">live util</th><th class="n">live MiB</th></tr></thead><tbody>${devices}</tbody></table>
