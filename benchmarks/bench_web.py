@@ -209,6 +209,22 @@ async def bench(nodes: int, binds: int) -> None:
         await kube.close()
 
 
+async def fleet_screenshot(directory: Path, nodes: int) -> None:
+    """The fleet page alone, at *nodes* nodes: web-fleet-<nodes>.png."""
+    directory.mkdir(parents=True, exist_ok=True)
+    async with FakeApiServer(history=1_000_000) as api:
+        build(api, nodes)
+        scheduler, kube = await start(api)
+        web = f"http://127.0.0.1:{scheduler.ports['web']}"
+        async with headless_chromium(1400, 900) as page:
+            await page.goto(f"{web}/#/fleet")
+            await page.wait_for_selector("main[data-heat]", timeout=60_000)
+            await page.screenshot(path=str(directory / f"web-fleet-{nodes}.png"), full_page=True)
+        await scheduler.stop()
+        await kube.close()
+    print(f"screenshot in {directory}")
+
+
 async def screenshots(directory: Path, nodes: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     async with FakeApiServer() as api:
@@ -263,8 +279,13 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--binds", type=int, default=5)
     parser.add_argument("--screenshots", type=Path, help="write page screenshots here instead")
+    parser.add_argument(
+        "--fleet-only", action="store_true", help="with --screenshots: the fleet page alone"
+    )
     args = parser.parse_args()
-    if args.screenshots:
+    if args.screenshots and args.fleet_only:
+        asyncio.run(fleet_screenshot(args.screenshots, args.nodes))
+    elif args.screenshots:
         asyncio.run(screenshots(args.screenshots, args.nodes))
     else:
         asyncio.run(bench(args.nodes, args.binds))

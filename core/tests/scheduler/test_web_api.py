@@ -537,3 +537,34 @@ async def test_the_digests_are_built_by_whichever_list_completes_the_sync(api, p
         assert set(scheduler.web.fleet._digests) == {"node-0", "node-1", "node-2"}
     finally:
         await kube.close()
+
+
+async def test_a_namespaces_task_list_shows_each_pods_devices_as_the_ledger(
+    api, scheduler_factory, http
+):
+    sched = await _fleet_nodes(api, scheduler_factory)
+    await _bind(api, sched, http, "a", "node-0", gpu="2", mem="30000", cores="40")
+    other = create_pod(api, gpu_pod("b", namespace="ml", gpu="1", mem="8000", cores="25"))
+    assert (await sched.post(http, "bind", bind_args(other, "small-0"))) == {"Error": ""}
+    await sched.settle(api)
+    status, x = await _get(http, f"{web_url(sched)}/api/v1/namespaces/default/pods")
+    assert status == 200
+    assert x["pods_total"] == 1 and x["devices"] == 2
+    [task] = x["pods"]
+    assert (task["pod"], task["node"]) == ("a", "node-0")
+    held = {
+        (s.device_id, s.memory_mib, s.compute_percent)
+        for c in sched.scheduler.ledger.entry(
+            next(r.key for r in sched.scheduler.cluster.pods.values() if r.ref.name == "a")
+        ).assignment.containers
+        for s in c.devices
+    }
+    assert {(d["device_id"], d["memory_mib"], d["compute_percent"]) for d in task["devices"]} == (
+        held
+    )
+    assert {d["model"] for d in task["devices"]} == {"A100-80GB"}
+    assert x["memory_mib"] == 60000 and x["compute_percent"] == 80
+    _, ml = await _get(http, f"{web_url(sched)}/api/v1/namespaces/ml/pods")
+    assert [t["pod"] for t in ml["pods"]] == ["b"] and ml["devices"] == 1
+    _, none = await _get(http, f"{web_url(sched)}/api/v1/namespaces/nobody/pods")
+    assert none["pods"] == [] and none["pods_total"] == 0

@@ -33,6 +33,7 @@ from xpushare.scheduler.web.details import (
     MAX_QUERY_CHARS,
     counted_pod,
     event_rows,
+    namespace_tasks,
     node_detail,
     search,
 )
@@ -189,6 +190,7 @@ class WebView:
         app.router.add_get("/api/v1/nodes/{name}", self._guarded(self._node))
         app.router.add_get("/api/v1/pods/{namespace}/{name}", self._guarded(self._pod))
         app.router.add_get("/api/v1/search", self._guarded(self._search))
+        app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._guarded(self._namespace))
         app.router.add_post("/api/v1/whatif", self._guarded(self._whatif))
         app.on_cleanup.append(lambda _: self.close())
         return app
@@ -299,6 +301,13 @@ class WebView:
         except BadPod as exc:
             payload["explanation_error"] = str(exc)
         return _json(payload)
+
+    async def _namespace(self, request: web.Request) -> web.StreamResponse:
+        namespace = request.match_info["namespace"]
+        if len(namespace) > MAX_QUERY_CHARS:
+            return _error(400, f"namespace: longer than {MAX_QUERY_CHARS} characters")
+        payload = await self.main.call(namespace_tasks, namespace, self.ledger, self.cluster)
+        return web.json_response(payload, headers=SECURITY_HEADERS)
 
     async def _search(self, request: web.Request) -> web.StreamResponse:
         text = request.query.get("q", "")

@@ -126,7 +126,8 @@ function workloadLine(data) {
   if (!data.fragmentation_measured || !w) return `<p class="muted">policy ${esc(data.policy)}: fragmentation is measured by the FGD policies only</p>`;
   const origin = w.learnt ? `learnt from ${count(w.pods)} pod${w.pods === 1 ? "" : "s"} that fit a node` : "given in the configuration";
   const top = w.top.map(([text, weight]) => `${esc(text)} <b>${(100 * weight).toFixed(0)}%</b>`).join(" · ");
-  return `<p class="muted" data-testid="workload">Fragmented: free capacity that the tasks of the workload could not use (FGD), measured against ${w.shapes} task shape${w.shapes === 1 ? "" : "s"} ${origin}${top ? ": " + top : " (none yet: nothing is fragmented)"}. Policy ${esc(data.policy)}.</p>`;
+  if (!w.shapes) return `<p class="muted" data-testid="workload">Fragmented: free capacity that the tasks of the workload could not use (FGD). No workload yet (${w.learnt ? "no pod has fit a node" : "none given"}): nothing counts as fragmented. Policy ${esc(data.policy)}.</p>`;
+  return `<p class="muted" data-testid="workload">Fragmented: free capacity that the tasks of the workload could not use (FGD), measured against ${w.shapes} task shape${w.shapes === 1 ? "" : "s"} ${origin}: ${top}. Policy ${esc(data.policy)}.</p>`;
 }
 
 // One entry per node for the table: its sums over its groups.
@@ -455,7 +456,7 @@ function renderPod(p) {
   } else if (p.explanation_error) {
     body = `<p class="error">${esc(p.explanation_error)}</p>`;
   }
-  main.innerHTML = `<h1>Pod ${esc(p.namespace)}/${esc(p.name)} <span data-testid="pod-state" class="muted">${esc(p.state)}</span></h1>${body}
+  main.innerHTML = `<h1>Pod <a href="#/namespace/${encodeURIComponent(p.namespace)}">${esc(p.namespace)}</a>/${esc(p.name)} <span data-testid="pod-state" class="muted">${esc(p.state)}</span></h1>${body}
     <h2>Events</h2>${renderEvents(p.events, p.events_error)}`;
 }
 
@@ -469,6 +470,30 @@ async function showPod(namespace, name, mine) {
     if (mine === generation) main.innerHTML = `<p class="error" data-testid="error">${esc(error.message)}</p>`;
   }
   schedule(() => showPod(namespace, name, mine), DETAIL_POLL_MS, mine);
+}
+
+// ---- namespace --------------------------------------------------------------------------
+
+function renderNamespace(x) {
+  const rows = x.pods.map((p) => `<tr data-testid="task" data-pod="${esc(p.pod)}"><td><a href="#/pod/${encodeURIComponent(x.namespace)}/${encodeURIComponent(p.pod)}">${esc(p.pod)}</a></td>
+    <td><a href="#/node/${encodeURIComponent(p.node)}">${esc(p.node)}</a></td><td>${esc(p.state)}</td>
+    <td>${p.devices.map((d) => `<span data-testid="task-device" data-id="${esc(d.device_id)}">${esc(d.model || d.vendor)} ${esc(d.device_id)}: ${bytes(d.memory_mib)}, ${d.exclusive ? "exclusive" : d.compute_percent + "% compute"}</span>`).join("<br>")}</td>
+    <td>${esc(when(p.since))}</td></tr>`).join("");
+  main.innerHTML = `<h1>Namespace <span data-testid="namespace">${esc(x.namespace)}</span></h1>
+    <p>${count(x.pods_total)} pods with devices${x.pods.length < x.pods_total ? `, the first ${x.pods.length} shown` : ""} · ${count(x.devices)} devices · ${bytes(x.memory_mib)} of device memory · ${count(x.compute_percent)}% compute booked</p>
+    <table data-testid="tasks"><thead><tr><th>pod</th><th>node</th><th>state</th><th>devices</th><th>since</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+async function showNamespace(namespace, mine) {
+  try {
+    const x = await getJSON(`/api/v1/namespaces/${encodeURIComponent(namespace)}/pods`);
+    if (mine !== generation) return;
+    renderNamespace(x);
+    setStatus("updated " + new Date().toLocaleTimeString());
+  } catch (error) {
+    if (mine === generation) main.innerHTML = `<p class="error" data-testid="error">${esc(error.message)}</p>`;
+  }
+  schedule(() => showNamespace(namespace, mine), DETAIL_POLL_MS, mine);
 }
 
 // ---- search -----------------------------------------------------------------------------
@@ -486,7 +511,7 @@ async function showSearch(params, mine) {
     const r = await getJSON("/api/v1/search?" + new URLSearchParams({ q }).toString());
     if (mine !== generation) return;
     const shown = (list, total) => list.length < total ? `${total}, the first ${list.length} shown: narrow the search` : String(total);
-    const pods = (list) => list.map((p) => `<li data-testid="pod-hit"><a href="#/pod/${encodeURIComponent(p.namespace)}/${encodeURIComponent(p.pod)}">${esc(p.namespace)}/${esc(p.pod)}</a>${p.node ? " on " + esc(p.node) : ""}</li>`).join("");
+    const pods = (list) => list.map((p) => `<li data-testid="pod-hit"><a href="#/pod/${encodeURIComponent(p.namespace)}/${encodeURIComponent(p.pod)}">${esc(p.namespace)}/${esc(p.pod)}</a>${p.node ? " on " + esc(p.node) : ""} · <a href="#/namespace/${encodeURIComponent(p.namespace)}">namespace</a></li>`).join("");
     document.getElementById("results").innerHTML = `
       <h2 data-testid="nodes-total">Nodes (${shown(r.nodes, r.nodes_total)})</h2><ul>${r.nodes.map((n) => `<li data-testid="node-hit"><a href="#/node/${encodeURIComponent(n)}">${esc(n)}</a></li>`).join("")}</ul>
       <h2 data-testid="pods-total">Pods with devices (${shown(r.pods, r.pods_total)})</h2><ul>${pods(r.pods)}</ul>
@@ -551,6 +576,7 @@ function route_() {
   delete main.dataset.rendered;
   if (page === "node" && args[0]) showNode(args[0], mine);
   else if (page === "pod" && args.length >= 2) showPod(args[0], args[1], mine);
+  else if (page === "namespace" && args[0]) showNamespace(args[0], mine);
   else if (page === "search") showSearch(params, mine);
   else if (page === "whatif") showWhatIf(params, mine);
   else showFleet(params, mine);
