@@ -6,6 +6,7 @@ the extender over HTTP, or of ``xpushare fit``: never from the view's code.
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import aiohttp
@@ -146,6 +147,10 @@ async def test_node_page_lists_shares_with_pod_container_and_since(api, schedule
     }
     assert {(s["memory_mib"], s["compute_percent"]) for s in shares} == {(30000, 40)}
     assert all(s["since"] > 0 and not s["reserved"] for s in shares)
+    # The Node's allocatable (64 CPUs, 256 GiB in the fake API server's nodes); it showed
+    # "CPU 0 / ? m": the scheduler never recorded it. Its use is kube-scheduler's to book.
+    assert node["cpu_milli"] == {"allocatable": 64_000, "used": None}
+    assert node["memory_mib"] == {"allocatable": 256 * 1024, "used": None}
     used = {d["id"]: d["memory_used_mib"] for d in node["devices"]}
     assert sorted(used[s["device_id"]] for s in shares) == [30000, 30000]
     assert node["live"] is None and "Prometheus" in node["live_error"]
@@ -183,9 +188,71 @@ async def test_pending_pod_explanation_is_filters_and_fits(api, scheduler_factor
     await sched.scheduler.events.flush()
     _, page = await _get(http, f"{web_url(sched)}/api/v1/pods/default/huge")
     assert [e["reason"] for e in page["events"]] == ["NoDeviceFit"]
-    summary = page["explanation"]["summary"]
-    assert summary.startswith("no node has the devices this pod asks for")
-    assert summary == page["events"][0]["message"]
+    # No device is that large: the page says so, not "not enough free device memory".
+    x = page["explanation"]
+    largest = max(d.memory_mib for n in names for d in sched.scheduler.ledger.devices(n))
+    assert x["too_large"] == [
+        f"90,000 MiB per mock device is larger than any mock device (the largest books "
+        f"{largest:,} MiB)"
+    ]
+    assert x["summary"] == "no node can ever hold this pod: " + x["too_large"][0]
+    assert page["events"][0]["message"].startswith("no node has the devices this pod asks for")
+
+
+async def test_refusals_are_grouped_by_reason_with_counts(api, scheduler_factory, http):
+    """Nodes refused for one reason in differing words ("4/8 devices usable", "6/8 devices
+    usable") were listed once per wording: one entry per reason now, counts summed."""
+    add_nodes(api, 4)
+    sched = await scheduler_factory(**WEB)
+    await sched.settle(api)
+    for i, used in enumerate((2, 4, 6, 8)):
+        await _bind(api, sched, http, f"p{i}", f"node-{i}", gpu=str(used), mem="60000")
+    want = gpu_pod("wide", gpu="8", mem="30000")
+    async with http.post(f"{web_url(sched)}/api/v1/whatif", json=want) as r:
+        x = await r.json()
+    assert x["filter"]["NodeNames"] == []
+    assert len(x["groups"]) == 4  # four wordings
+    [entry] = x["reasons"]
+    assert entry["reason"] == "not enough free device memory"
+    assert entry["count"] == 4 == sum(g["count"] for g in x["groups"])
+    assert sorted(entry["nodes"]) == ["node-0", "node-1", "node-2", "node-3"]
+
+
+async def test_the_fleet_answer_is_compressed_for_clients_that_accept_it(
+    api, scheduler_factory, http
+):
+    sched = await _fleet_nodes(api, scheduler_factory)
+    url = f"{web_url(sched)}/api/v1/fleet"
+    async with aiohttp.ClientSession(auto_decompress=False) as raw:
+        async with raw.get(url, headers={"Accept-Encoding": "gzip"}) as r:
+            assert r.headers["Content-Encoding"] == "gzip"
+            zipped = await r.read()
+        async with raw.get(url, headers={"Accept-Encoding": "identity"}) as r:
+            assert "Content-Encoding" not in r.headers
+            plain = json.loads(await r.read())
+    unzipped = json.loads(gzip.decompress(zipped))
+    unzipped.pop("status"), plain.pop("status")
+    assert unzipped == plain and len(zipped) < len(json.dumps(plain))
+
+
+async def test_the_fleet_answer_names_the_workload_it_measured_against(
+    api, scheduler_factory, http
+):
+    sched = await _fleet_nodes(api, scheduler_factory)
+    names = ["node-0", "node-1", "small-0"]
+    _, fleet = await _get(http, f"{web_url(sched)}/api/v1/fleet")
+    assert fleet["workload"] == {"learnt": True, "pods": 0, "shapes": 0, "top": []}
+    await sched.post(http, "filter", filter_args(gpu_pod("x", gpu="8", mem="90000"), names))
+    await sched.post(http, "filter", filter_args(gpu_pod("y", gpu="2", mem="20480"), names))
+    _, fleet = await _get(http, f"{web_url(sched)}/api/v1/fleet")
+    # The pod that fits nowhere is not in it.
+    assert fleet["workload"] == {
+        "learnt": True,
+        "pods": 1,
+        "shapes": 1,
+        "top": [["2 x 20 GiB (mock)", 1.0]],
+    }
+    assert [n["pods"] for n in fleet["nodes"]] == [0, 0, 0]
 
 
 async def test_bound_pod_shows_its_assignment(api, scheduler_factory, http):
@@ -470,3 +537,34 @@ async def test_the_digests_are_built_by_whichever_list_completes_the_sync(api, p
         assert set(scheduler.web.fleet._digests) == {"node-0", "node-1", "node-2"}
     finally:
         await kube.close()
+
+
+async def test_a_namespaces_task_list_shows_each_pods_devices_as_the_ledger(
+    api, scheduler_factory, http
+):
+    sched = await _fleet_nodes(api, scheduler_factory)
+    await _bind(api, sched, http, "a", "node-0", gpu="2", mem="30000", cores="40")
+    other = create_pod(api, gpu_pod("b", namespace="ml", gpu="1", mem="8000", cores="25"))
+    assert (await sched.post(http, "bind", bind_args(other, "small-0"))) == {"Error": ""}
+    await sched.settle(api)
+    status, x = await _get(http, f"{web_url(sched)}/api/v1/namespaces/default/pods")
+    assert status == 200
+    assert x["pods_total"] == 1 and x["devices"] == 2
+    [task] = x["pods"]
+    assert (task["pod"], task["node"]) == ("a", "node-0")
+    held = {
+        (s.device_id, s.memory_mib, s.compute_percent)
+        for c in sched.scheduler.ledger.entry(
+            next(r.key for r in sched.scheduler.cluster.pods.values() if r.ref.name == "a")
+        ).assignment.containers
+        for s in c.devices
+    }
+    assert {(d["device_id"], d["memory_mib"], d["compute_percent"]) for d in task["devices"]} == (
+        held
+    )
+    assert {d["model"] for d in task["devices"]} == {"A100-80GB"}
+    assert x["memory_mib"] == 60000 and x["compute_percent"] == 80
+    _, ml = await _get(http, f"{web_url(sched)}/api/v1/namespaces/ml/pods")
+    assert [t["pod"] for t in ml["pods"]] == ["b"] and ml["devices"] == 1
+    _, none = await _get(http, f"{web_url(sched)}/api/v1/namespaces/nobody/pods")
+    assert none["pods"] == [] and none["pods_total"] == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from sched_helpers import add_nodes, bind_args, create_pod, filter_args, gpu_node, gpu_pod
 from web_helpers import WEB, fit_cli, fit_document, ledger_sums, web_url
 
@@ -17,6 +18,8 @@ from xpushare.testing.browser import headless_chromium
 
 #: Bound of a wait for the page (ends at once when the page works).
 WAIT_MS = 15_000
+#: Bound of the wait for a scheduler to list 5,000 nodes (some 10 s on 2 shared cores).
+SYNC_5000_S = 90
 
 
 async def _fleet(api, scheduler_factory):
@@ -27,13 +30,36 @@ async def _fleet(api, scheduler_factory):
     return sched
 
 
-async def _summary_on_page(page):
-    rows = await page.query_selector_all("[data-testid=summary-row]")
+async def _overview_on_page(page):
+    """Each (vendor, model) card's figures, as the raw values the page shows (data-v)."""
     out = {}
-    for row in rows:
-        key = (await row.get_attribute("data-vendor"), await row.get_attribute("data-model"))
-        cells = await row.query_selector_all("td[data-k]")
-        out[key] = {await c.get_attribute("data-k"): await c.inner_text() for c in cells}
+    for card in await page.query_selector_all("[data-testid=overview-card]"):
+        key = (await card.get_attribute("data-vendor"), await card.get_attribute("data-model"))
+        figures = await card.query_selector_all("[data-k]")
+        out[key] = {
+            await f.get_attribute("data-k"): float(await f.get_attribute("data-v")) for f in figures
+        }
+    return out
+
+
+def _at_a_glance(ledger):
+    """The overview's figures per (vendor, model), from the ledger's own public reads."""
+    out = {}
+    for key, sums in ledger_sums(ledger).items():
+        idle = 0
+        for name in ledger.nodes:
+            for device in ledger.devices(name):
+                if (device.vendor, device.model) != key:
+                    continue
+                usage = ledger.device_usage(name, device.vendor)[device.id]
+                busy = usage.used_slots or usage.used_memory_mib or usage.used_compute_percent
+                idle += int(device.healthy and not busy)
+        out[key] = {
+            "memory_alloc": sums["memory_used_mib"] / sums["memory_cap_mib"],
+            "compute_alloc": sums["compute_used_percent"] / sums["compute_cap_percent"],
+            "idle": idle,
+            "unhealthy": sums["devices"] - sums["healthy"],
+        }
     return out
 
 
@@ -44,28 +70,36 @@ async def test_fleet_page_shows_the_ledger_and_a_bind_without_reload(api, schedu
     await sched.settle(api)
     async with headless_chromium() as page:
         await page.goto(web_url(sched) + "/#/fleet")
-        await page.wait_for_selector("[data-testid=summary-row]", timeout=WAIT_MS)
-        shown = await _summary_on_page(page)
-        expected = ledger_sums(sched.scheduler.ledger)
+        await page.wait_for_selector("main[data-heat]", timeout=WAIT_MS)
+        shown = await _overview_on_page(page)
+        expected = _at_a_glance(sched.scheduler.ledger)
         assert set(shown) == set(expected)
-        for key, sums in expected.items():
-            for field, value in sums.items():
-                assert int(shown[key][field]) == value, (key, field)
-        # One cell per device, one row per node.
+        for key, figures in expected.items():
+            for field, value in figures.items():
+                assert shown[key][field] == pytest.approx(value), (key, field)
+        # Every device a cell of the heat map, every node a row of the table (top 20).
+        heat = await page.get_attribute("[data-testid=heatmap]", "data-cells")
+        assert int(heat) == 3 * 8 + 4
         assert len(await page.query_selector_all("[data-testid=node-row]")) == 4
-        assert len(await page.query_selector_all("#heat i[data-d]")) == 3 * 8 + 4
         # A bind shows up without a reload: the same document, updated by its poll.
         await page.evaluate("window.__same_document = 1")
         second = create_pod(api, gpu_pod("b", gpu="1", mem="8000", cores="25"))
         assert (await sched.post(http, "bind", bind_args(second, "small-0"))) == {"Error": ""}
         await sched.settle(api)
-        cell = "[data-testid=summary-row][data-model='V100-32GB'] td[data-k=memory_used_mib]"
+        card = "[data-testid=overview-card][data-model='V100-32GB'] [data-k=idle]"
         await page.wait_for_function(
-            "(cell) => document.querySelector(cell).textContent === '8000'",
-            arg=cell,
+            "(card) => document.querySelector(card).dataset.v === '3'",
+            arg=card,
             timeout=WAIT_MS,
         )
         assert await page.evaluate("window.__same_document") == 1
+        # The table sorts by pods: the node with two pods first.
+        await page.click("[data-testid=node-table] a[data-sort=pods]")
+        await page.wait_for_function(
+            "() => location.hash.includes('sort=pods')"
+            " && document.querySelector('[data-testid=node-row]')?.dataset.node === 'node-0'",
+            timeout=WAIT_MS,
+        )
         # A filter is in the URL: the link shows the same view.
         await page.goto(web_url(sched) + "/#/fleet?model=V100-32GB")
         await page.wait_for_function(
@@ -86,6 +120,36 @@ async def test_fleet_page_shows_the_ledger_and_a_bind_without_reload(api, schedu
         assert "default/a" in await shares[0].inner_text()
 
 
+@pytest.mark.slow
+async def test_the_heat_map_holds_every_device_of_5000_nodes_on_one_screen(api, scheduler_factory):
+    """At 5,000 nodes x 8 GPUs the fleet page was an 80,000-pixel list. Now every device is
+    one cell of a canvas that fits the screen, and a click on a cell opens its node."""
+    for i in range(5_000):
+        api.put("nodes", gpu_node(f"n{i:04d}"))
+    sched = await scheduler_factory(sync=False, **WEB)
+    await sched.scheduler.wait_synced(SYNC_5000_S)
+    await sched.settle(api, SYNC_5000_S)
+    async with headless_chromium(1400, 900) as page:
+        await page.goto(web_url(sched) + "/#/fleet")
+        await page.wait_for_selector("main[data-heat]", timeout=60_000)
+        canvas = await page.query_selector("[data-testid=heatmap]")
+        assert int(await canvas.get_attribute("data-cells")) == 5_000 * 8
+        box = await canvas.bounding_box()
+        assert box["height"] <= 900 and box["width"] <= 1400
+        assert int(await page.get_attribute("[data-testid=heatmap]", "data-cell")) >= 2
+        figures = await _overview_on_page(page)
+        assert figures[("mock", "A100-80GB")]["idle"] == 5_000 * 8
+        # The 8,001st cell is the first device of the 1,001st node.
+        size = int(await canvas.get_attribute("data-cell"))
+        per_row = int(await canvas.get_attribute("data-per-row"))
+        k = 8_000
+        await page.mouse.click(
+            box["x"] + (k % per_row) * size + size / 2, box["y"] + (k // per_row) * size + size / 2
+        )
+        await page.wait_for_selector("[data-testid=node-name]", timeout=WAIT_MS)
+        assert await page.inner_text("[data-testid=node-name]") == "n1000"
+
+
 async def test_pending_pod_page_explains_as_xpushare_fit(api, scheduler_factory, http):
     sched = await _fleet(api, scheduler_factory)
     names = list(sched.scheduler.ledger.nodes)
@@ -97,7 +161,13 @@ async def test_pending_pod_page_explains_as_xpushare_fit(api, scheduler_factory,
         await page.goto(web_url(sched) + "/#/pod/default/huge")
         await page.wait_for_selector("[data-testid=fit]", timeout=WAIT_MS)
         summary = await page.inner_text("[data-testid=summary-line]")
-        assert summary.startswith("no node has the devices this pod asks for")
+        # 90,000 MiB on 80 and 32 GB cards: no device is that large, and the page says so.
+        assert summary.startswith("no node can ever hold this pod: 90,000 MiB per mock device")
+        assert "larger than any mock device" in await page.inner_text("[data-testid=too-large]")
+        # One line per reason, with its count: the four nodes share one reason.
+        groups = await page.query_selector_all("[data-testid=reason-group]")
+        counts = [await (await g.query_selector("[data-k=count]")).inner_text() for g in groups]
+        assert counts == ["4"]
         fits = await page.query_selector_all("[data-testid=fit]")
         assert fits
         for block in fits:

@@ -48,6 +48,7 @@ from xpushare.scheduler import versions
 from xpushare.scheduler.drabook import CLAIM_KEY_PREFIX
 from xpushare.scheduler.versions import ListSnapshot, Tombstones
 from xpushare.scheduling import UsageLedger
+from xpushare.scheduling.quantity import QuantityError, cpu_millis, memory_mib
 from xpushare.scheduling.quota import QuotaBook
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,11 @@ class NodeRecord:
     #: The fencing token of the last scheduler replica that wrote the node (TERM_KEY).
     term: int | None = None
     memory_sizes: list[tuple[str, int]] = field(default_factory=list)
+    #: The Node's status.allocatable CPU (millicores) and memory (MiB), for the web view's
+    #: node page only: kube-scheduler books host resources, the extender devices (None:
+    #: absent or unreadable).
+    cpu_allocatable: int | None = None
+    memory_allocatable: int | None = None
 
 
 @dataclass(slots=True)
@@ -343,6 +349,7 @@ class ClusterState:
             # it changes nothing, and a late event must not bring the old handoff back.
             return
         record.resource_version = version
+        record.cpu_allocatable, record.memory_allocatable = _allocatable(obj)
         fingerprint = self._fingerprint(obj)
         if fingerprint != record.fingerprint or self.ledger.node(name) is None:
             record.fingerprint = fingerprint
@@ -676,3 +683,23 @@ class ClusterState:
                     continue  # seen at a version newer than the list
             self._drop(key, listed or self._versions.get(key, 0))
         self.pods_synced = True
+
+
+def _allocatable(obj: ob.Object) -> tuple[int | None, int | None]:
+    """A Node's allocatable CPU (millicores) and memory (MiB); None for what is absent or
+    not a quantity (shown as unknown, never an error: nothing is decided by it)."""
+    status = obj.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, dict) else None
+    if not isinstance(allocatable, dict):
+        return None, None
+    out: list[int | None] = []
+    for key, read in (
+        ("cpu", cpu_millis),
+        ("memory", lambda v: memory_mib(v, round_up=False)),
+    ):
+        value = allocatable.get(key)
+        try:
+            out.append(None if value is None else int(read(value)))
+        except (QuantityError, TypeError):
+            out.append(None)
+    return out[0], out[1]

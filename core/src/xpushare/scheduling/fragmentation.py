@@ -392,6 +392,11 @@ class FragmentationPolicy(Policy):
         self._learn = False
         self._set(workload)
 
+    @property
+    def learns(self) -> bool:
+        """Whether the workload is learnt from the pods observed (not given)."""
+        return self._learn
+
     def observe(self, request: PodRequest) -> None:
         if not self._learn:
             return

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 SEARCH_LIMIT = 50
 #: Longest search text accepted (a namespace/name is at most 63 + 1 + 253).
 MAX_QUERY_CHARS = 320
+#: Pods of one namespace's task list at most (the answer says how many there are).
+NAMESPACE_LIMIT = 500
 
 
 def _share_rows(
@@ -100,11 +102,22 @@ def node_detail(
         }
         shares.extend(_share_rows(entry.assignment, who, vendor_of))
     handoff = cluster.handoff(state.name)
+    node_record = cluster.nodes.get(state.name)
+    cpu = node_record.cpu_allocatable if node_record else None
+    memory = node_record.memory_allocatable if node_record else None
     return {
         "name": state.name,
         "labels": dict(sorted(state.labels.items())),
-        "cpu_milli": {"allocatable": state.cpu_alloc, "used": state.cpu_used},
-        "memory_mib": {"allocatable": state.memory_alloc, "used": state.memory_used},
+        # The ledger books host resources only where it was told the node's allocatable (the
+        # simulator); the scheduler's is the Node's, and its use is kube-scheduler's to book.
+        "cpu_milli": {
+            "allocatable": state.cpu_alloc if state.cpu_alloc is not None else cpu,
+            "used": state.cpu_used if state.cpu_alloc is not None else None,
+        },
+        "memory_mib": {
+            "allocatable": state.memory_alloc if state.memory_alloc is not None else memory,
+            "used": state.memory_used if state.memory_alloc is not None else None,
+        },
         "fragmentation_gpus": fragmentation if frag is not None else None,
         "devices": devices,
         "shares": shares,
@@ -205,4 +218,57 @@ def search(
         "pods_total": len(pods),
         "pending": waiting[:SEARCH_LIMIT],
         "pending_total": len(waiting),
+    }
+
+
+def namespace_tasks(namespace: str, ledger: UsageLedger, cluster: ClusterState) -> dict[str, Any]:
+    """A namespace's pods with devices, each with its node and every device it holds
+    (model, memory, compute), and the namespace's totals: HAMi-WebUI's task list."""
+    records = sorted(
+        (r for r in cluster.pods.values() if r.ref.namespace == namespace),
+        key=lambda r: r.ref.name,
+    )
+    tasks = []
+    memory = compute = devices_held = 0
+    for record in records:
+        entry = ledger.entry(record.key)
+        if entry is None or entry.assignment is None:
+            continue
+        models = {d.id: d for d in ledger.devices(record.node)}
+        held = []
+        for c in entry.assignment.containers:
+            for s in c.devices:
+                device = models.get(s.device_id)
+                held.append(
+                    {
+                        "container": c.container,
+                        "vendor": c.vendor,
+                        "device_id": s.device_id,
+                        "model": device.model if device else None,
+                        "memory_mib": s.memory_mib,
+                        "compute_percent": s.compute_percent,
+                        "exclusive": s.exclusive,
+                    }
+                )
+                memory += s.memory_mib
+                compute += s.compute_percent
+        devices_held += len({h["device_id"] for h in held})
+        tasks.append(
+            {
+                "pod": record.ref.name,
+                "node": record.node,
+                "since": record.since,
+                "state": "binding"
+                if entry.reserved
+                else ("running" if record.started else "bound"),
+                "devices": held,
+            }
+        )
+    return {
+        "namespace": namespace,
+        "pods_total": len(tasks),
+        "devices": devices_held,
+        "memory_mib": memory,
+        "compute_percent": compute,
+        "pods": tasks[:NAMESPACE_LIMIT],
     }

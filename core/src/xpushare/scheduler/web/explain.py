@@ -139,6 +139,23 @@ class Explainer:
                 await asyncio.sleep(0)
         return answer(fits), request, reasons
 
+    def _too_large(self, request: PodRequest) -> list[str]:
+        """Each device demand asking more memory per device than any device of its vendor
+        in the cluster has (over-commit counted), in words."""
+        out = []
+        ledger = self.placer.ledger
+        for demand in request.demands:
+            largest = self.cluster.max_device_memory(demand.vendor)
+            if demand.memory_mib is None or largest is None:
+                continue
+            bookable = int(largest * ledger.memory_overcommit(demand.vendor))
+            if demand.memory_mib > bookable:
+                out.append(
+                    f"{demand.memory_mib:,} MiB per {demand.vendor} device is larger than any "
+                    f"{demand.vendor} device (the largest books {bookable:,} MiB)"
+                )
+        return out
+
     async def explain(self, pod: Any, names: list[str] | None = None) -> dict[str, Any]:
         """The filter answer, summarised: groups of refused nodes with the ``xpushare fit``
         explanation of their first nodes, and the fitting nodes ranked as /prioritize does.
@@ -150,7 +167,11 @@ class Explainer:
         refused = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
         summary = FilterResult(fits=fits, failed=refused).explain()
         asks = request.describe() if request is not None else ""
-        if not fits and refused and request is not None and request.wants_devices:
+        too_large = self._too_large(request) if request is not None else []
+        if not fits and too_large:
+            # "not enough free device memory" reads as "wait": no device is that large.
+            summary = f"no node can ever hold this pod: {'; '.join(too_large)}"
+        elif not fits and refused and request is not None and request.wants_devices:
             summary = f"no node has the devices this pod asks for ({asks}): {summary}"
         by_message: dict[str, list[str]] = {}
         for name, message in refused.items():
@@ -200,6 +221,8 @@ class Explainer:
             "pod": who,
             "asks": asks,
             "policy": policy,
+            "too_large": too_large,
+            "reasons": _by_reason(groups),
             "nodes_considered": len(fits) + len(refused),
             "summary": answer["Error"] or summary,
             "filter": answer,
@@ -207,3 +230,17 @@ class Explainer:
             "ranking": ranking,
             "best": best,
         }
+
+
+def _by_reason(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The refused nodes by their main reason, with counts: groups differ by their exact
+    message ("4/8 devices usable", "6/8 devices usable") where one reason is shared."""
+    merged: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        key = g["reason"] or g["message"]
+        entry = merged.setdefault(key, {"reason": key, "count": 0, "unresolvable": 0, "nodes": []})
+        entry["count"] += g["count"]
+        entry["unresolvable"] += g["count"] if g["unresolvable"] else 0
+        room = GROUP_NODES - len(entry["nodes"])
+        entry["nodes"].extend(g["nodes"][:room])
+    return sorted(merged.values(), key=lambda e: (-e["count"], e["reason"]))

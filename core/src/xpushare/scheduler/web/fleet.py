@@ -22,6 +22,7 @@ from typing import Any
 
 from xpushare.scheduling import UNITS, FragmentationPolicy, NodeState, Policy, UsageLedger
 from xpushare.scheduling.fragmentation import table_state
+from xpushare.scheduling.workload import TaskShape
 
 #: The columns of a device row in the fleet answer, in order (documented in the OpenAPI).
 DEVICE_COLUMNS = (
@@ -46,7 +47,12 @@ SUM_FIELDS = (
     "compute_cap_percent",
     "compute_used_percent",
     "free_units",
+    "idle",
 )
+
+#: Shapes of the measured workload the answer lists, most frequent first: the page says what
+#: the fragmentation figure is measured against, and the head of the list is what it shows.
+WORKLOAD_SHAPES_SHOWN = 8
 
 #: Longest label selector or name filter accepted (a Kubernetes label is at most 63 + 253
 #: characters for the key and 63 for the value).
@@ -173,6 +179,8 @@ def _digest(state: NodeState, policy: FragmentationPolicy | None) -> _Digest:
                 sum(r[4] for r in rows),
                 sum(r[5] for r in rows),
                 sum(r[9] for r in rows),
+                # Whole GPUs free: healthy and nothing booked on them.
+                sum(1 for r in rows if r[1] and not (r[3] or r[5] or r[7])),
             ]
             # A table mixing models is measured as one: its fragmentation is shared out by
             # each model's part of the free capacity.
@@ -186,16 +194,58 @@ def _digest(state: NodeState, policy: FragmentationPolicy | None) -> _Digest:
                     frag * share if len(by_model) > 1 else frag,
                 )
             )
-    digest.text = _node_text(state.name, digest.groups)
+    digest.text = _node_text(state, digest.groups)
     return digest
 
 
-def _node_text(name: str, groups: list[_Group]) -> str:
+def _node_text(state: NodeState, groups: list[_Group]) -> str:
     parts = []
     for g in groups:
         head = json.dumps([g.vendor, g.model, round(g.frag_units / UNITS, 4)])
         parts.append(head[:-1] + "," + g.text + "]")
-    return '{"name":' + json.dumps(name) + ',"groups":[' + ",".join(parts) + "]}"
+    return (
+        '{"name":'
+        + json.dumps(state.name)
+        + ',"pods":'
+        + str(len(state.pods))
+        + ',"groups":['
+        + ",".join(parts)
+        + "]}"
+    )
+
+
+def workload_json(policy: Policy) -> dict[str, Any] | None:
+    """What the fragmentation figure is measured against: the policy's workload, whether
+    learnt (from how many pods) or given, and its most frequent shapes with their weights."""
+    frag = _fragmentation(policy)
+    if frag is None:
+        return None
+    workload = frag.workload
+    ranked = sorted(zip(workload.shapes, workload.weights, strict=True), key=lambda sw: -sw[1])
+    return {
+        "learnt": frag.learns,
+        "pods": frag.learnt.seen - frag.learnt.skipped if frag.learns else None,
+        "shapes": len(workload),
+        "top": [[_shape_text(s), round(w, 4)] for s, w in ranked[:WORKLOAD_SHAPES_SHOWN]],
+    }
+
+
+def _shape_text(shape: TaskShape) -> str:
+    """A task shape in an operator's units: "2 x 20 GiB, 30% compute (mock), 4 CPU"."""
+    d = shape.demand
+    cpu = f", {shape.cpu_milli / 1000:g} CPU" if shape.cpu_milli else ""
+    if d is None:
+        return f"no devices{cpu}"
+    if d.exclusive:
+        return f"{d.count} whole {d.vendor}{cpu}"
+    if d.memory_percent:
+        memory = f"{d.memory_percent}% memory"
+    elif d.memory_mib:
+        memory = f"{d.memory_mib / 1024:.3g} GiB"
+    else:
+        memory = "any memory"
+    compute = f", {d.compute}% compute" if d.compute else ""
+    return f"{d.count} x {memory}{compute} ({d.vendor}){cpu}"
 
 
 class FleetView:
@@ -252,7 +302,7 @@ class FleetView:
                 chosen = [g for g in digest.groups if flt.group_matches(g.vendor, g.model)]
                 if not chosen:
                     continue
-                texts.append(_node_text(digest.state.name, chosen))
+                texts.append(_node_text(digest.state, chosen))
             for g in chosen:
                 acc = sums.get((g.vendor, g.model))
                 if acc is None:
@@ -267,7 +317,7 @@ class FleetView:
                 "model": model,
                 **{name: int(acc[i]) for i, name in enumerate(SUM_FIELDS)},
                 "nodes": int(acc[-1]),
-                "free_gpus": round(acc[6] / UNITS, 3),
+                "free_gpus": round(acc[SUM_FIELDS.index("free_units")] / UNITS, 3),
                 "fragmentation_gpus": round(acc[-2] / UNITS, 3),
             }
             for (vendor, model), acc in sorted(sums.items())
@@ -276,6 +326,7 @@ class FleetView:
         head = {
             "policy": getattr(self.policy, "name", type(self.policy).__name__),
             "fragmentation_measured": frag is not None,
+            "workload": workload_json(self.policy),
             "device_columns": list(DEVICE_COLUMNS),
             "filter": flt.as_json(),
             "total_nodes": len(digests),

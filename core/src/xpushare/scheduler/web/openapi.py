@@ -169,6 +169,27 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            "/api/v1/namespaces/{namespace}/pods": {
+                "get": {
+                    "summary": "A namespace's pods with devices: node, devices held, totals",
+                    "parameters": [
+                        {
+                            "name": "namespace",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        "200": _json(
+                            "The namespace's task list (at most 500 pods; pods_total counts all)",
+                            {"type": "object"},
+                        ),
+                        "400": _ERROR,
+                        **_AUTH,
+                    },
+                }
+            },
             "/api/v1/pods/{namespace}/{name}": {
                 "get": {
                     "summary": "One pod: its devices, or why it is Pending; its events",
