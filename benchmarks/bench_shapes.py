@@ -363,7 +363,11 @@ def print_caps(scheduler: Any) -> None:
     rows: list[tuple[str, int, int | None]] = [
         ("node memo (largest)", max(len(n.memo) for n in nodes), memo_cap),
         ("node-state answers (largest)", max(len(n.shared) for n in nodes), memo_cap),
-        ("placer memo keys", len(placer._keys), _cap("xpushare.placement.placer", "MAX_MEMO_KEYS")),
+        (
+            "placer memo keys",
+            len(placer.cache.keys.keys),
+            _cap("xpushare.placement.memo", "MAX_MEMO_KEYS"),
+        ),
         (
             "policy request ids",
             len(getattr(policy, "_keys", ())),

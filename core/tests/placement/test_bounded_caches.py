@@ -21,8 +21,7 @@ from xpushare.models import (
     ResourceNames,
     VendorSpec,
 )
-from xpushare.placement import Placer
-from xpushare.placement import placer as placer_mod
+from xpushare.placement import Placer, fill, memo, ranking
 from xpushare.plugins import HostSettings, PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.scheduling import PodRequest, UsageLedger, fragarrays, fragmentation, hostaware
@@ -97,9 +96,10 @@ def test_tiny_bounds_decide_exactly_as_the_default_ones(
 ) -> None:
     reference, _ = replay(vendor, MAX_MEMO_ENTRIES)
     for module, name, value in [
-        (placer_mod, "MAX_MEMO_KEYS", 2),
-        (placer_mod, "_MAX_STATE_ANSWERS", 2),
-        (placer_mod, "_MAX_REQUEST_KINDS", 2),
+        (memo, "MAX_MEMO_KEYS", 2),
+        (fill, "MAX_STATE_ANSWERS", 2),
+        (ranking, "MAX_TIEBREAKS", 2),
+        (fill, "MAX_REQUEST_KINDS", 2),
         (fragmentation, "MAX_REQUEST_IDS", 2),
         (fragmentation, "_MAX_STATE_ANSWERS", 2),
         (fragmentation, "_MAX_VECTORS", 2),
@@ -114,7 +114,7 @@ def test_tiny_bounds_decide_exactly_as_the_default_ones(
     tiny, placer = replay(vendor, 2)
     assert tiny == reference
     # And the bounds held.
-    assert len(placer._keys) <= 2 and len(placer.policy._keys) <= 2  # type: ignore[attr-defined]
+    assert len(placer.cache.keys.keys) <= 2 and len(placer.policy._keys) <= 2  # type: ignore[attr-defined]
     for node in placer.ledger.nodes.values():
         assert len(node.memo) <= 2 and len(node.shared) <= 2
 

@@ -20,7 +20,7 @@ from xpushare.models import (
     VendorSpec,
 )
 from xpushare.placement import NoFit, PlacementConfig, Placer, policy_registry
-from xpushare.placement.placer import score_key
+from xpushare.placement.results import score_key
 from xpushare.plugins import HostSettings, PluginHost, PluginKind
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.plugins.builtin import mock as mock_plugin
@@ -625,7 +625,7 @@ def test_nodes_a_vendor_fit_leaves_to_the_core_share_their_answers_per_state(pol
     shared, alone = fleet(), fleet()
     placer = Placer(shared, policy, host=host)
     reference = Placer(alone, policy, host=host)
-    reference._core_decides_somewhere = lambda request: False  # type: ignore[method-assign]
+    reference.cache.keys.core_decides_somewhere = lambda request: False  # type: ignore[method-assign]
     worked: dict[str, int] = {"shared": 0, "alone": 0}
 
     def counting(which: str, answer: Any) -> Any:
@@ -635,8 +635,8 @@ def test_nodes_a_vendor_fit_leaves_to_the_core_share_their_answers_per_state(pol
 
         return counted
 
-    placer._answer = counting("shared", placer._answer)  # type: ignore[method-assign]
-    reference._answer = counting("alone", reference._answer)  # type: ignore[method-assign]
+    placer.cache.filler.answer = counting("shared", placer.cache.filler.answer)  # type: ignore[method-assign]
+    reference.cache.filler.answer = counting("alone", reference.cache.filler.answer)  # type: ignore[method-assign]
     for step in range(120):
         limits = {"scoped.example.com/gpu": str(rng.choice([1, 1, 2]))}
         pod = PodView(
@@ -707,7 +707,7 @@ def test_nodes_the_core_decides_get_the_verdicts_of_a_fit_and_score_of_each_node
     for i, request in enumerate(pods):
         result = engine.filter(request, names)
         scores = engine.scores(request, result.fits)
-        fitters = engine._fitters(request)
+        fitters = engine.vendors.fitters(request)
         reference = policy_registry().create(policy)  # scores one node at a time
         reference.attach(ledger)
         reference.set_workload(workload)
@@ -795,8 +795,8 @@ def test_nodes_the_core_decides_read_their_states_answers_and_vendor_fit_nodes_t
     ]
     request = placer.request(_scoped_pod(1))
     fills: list[int] = []
-    fill = placer._fill
-    placer._fill = lambda r, k, nodes: (fills.append(len(nodes)), fill(r, k, nodes))[1]  # type: ignore[method-assign]
+    fill = placer.cache.filler.fill
+    placer.cache.filler.fill = lambda r, k, nodes: (fills.append(len(nodes)), fill(r, k, nodes))[1]  # type: ignore[method-assign]
     first = placer.filter(request, [f"n{n}" for n in range(20)])
     assert len(first.fits) == 20 and fills == [20]
     # Twenty nodes never asked, in the state answered: read, not worked out.

@@ -21,7 +21,7 @@ from xpushare.models import (
     VendorSpec,
 )
 from xpushare.placement import Placer
-from xpushare.placement.placer import MAX_POD_POLICIES
+from xpushare.placement.variants import MAX_POD_POLICIES
 from xpushare.plugins import HostSettings, PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
 from xpushare.plugins.builtin import mock as mock_plugin
@@ -208,7 +208,7 @@ def test_a_pod_choice_builds_one_placer_and_the_cluster_choice_none() -> None:
     # Weights make the choices unbounded: the placers kept are bounded.
     for w in range(1, MAX_POD_POLICIES + 10):
         placer.for_request(placer.request(_pod(host, **_ann(weights=f"slot={w},core=1,memory=1"))))
-    assert len(placer._variants) <= MAX_POD_POLICIES
+    assert len(placer.variants.placers) <= MAX_POD_POLICIES
 
 
 def test_a_learning_policy_learns_from_pods_that_chose_another() -> None:

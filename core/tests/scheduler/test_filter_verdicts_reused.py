@@ -17,7 +17,7 @@ import pytest
 
 from xpushare.models import ContainerRequest, Device
 from xpushare.placement import NoFit, Placer
-from xpushare.placement.placer import WARM_FILL
+from xpushare.placement.verdicts import WARM_FILL
 from xpushare.scheduler.feasible import FeasibilityChecker
 from xpushare.scheduling import PodRequest, UsageLedger, Workload
 from xpushare.scheduling.ledger import CHANGE_LOG
@@ -112,9 +112,9 @@ def test_prioritize_after_filter_answers_as_a_fresh_read_whatever_changed_betwee
             if state is not None and not state.pods:
                 ledger.remove_node(gone)
                 ledger.set_node(gone, gpus(gone, 8))
-        recalled += placer._recall(request, fits) is not None
+        recalled += placer.cache.recall(request, fits) is not None
         each = placer.prioritize_each(request, fits)
-        placer._remembered = None  # the same question, read afresh
+        placer.cache.remembered = None  # the same question, read afresh
         assert each == placer.prioritize_each(request, fits), (i, request.describe())
         best = max(
             (n for n, s in zip(fits, each, strict=True) if s is not None),
@@ -132,9 +132,9 @@ def test_a_prioritize_of_other_nodes_or_another_pod_shape_reads_afresh() -> None
     names = list(ledger.nodes)
     placer.scores(share(30), names)
     assert placer.warm_verdicts(share(30), names) is not None
-    assert placer._recall(share(30), names) is not None
-    assert placer._recall(share(30), names[1:]) is None
-    assert placer._recall(share(50), names) is None
+    assert placer.cache.recall(share(30), names) is not None
+    assert placer.cache.recall(share(30), names[1:]) is None
+    assert placer.cache.recall(share(50), names) is None
 
 
 def test_filter_answers_by_feasibility_where_most_verdicts_are_not_known_yet() -> None:
@@ -144,11 +144,11 @@ def test_filter_answers_by_feasibility_where_most_verdicts_are_not_known_yet() -
     placer = Placer(ledger, "fgd")
     names = list(ledger.nodes)
     reads: list[int] = []
-    read = placer._read
-    placer._read = lambda states, *a: (reads.append(len(states)), read(states, *a))[1]  # type: ignore[method-assign]
+    read = placer.cache.read
+    placer.cache.read = lambda states, *a: (reads.append(len(states)), read(states, *a))[1]  # type: ignore[method-assign]
     # A new shape: every node to score, and not a memo read first.
     assert placer.warm_verdicts(share(30), names) is None
-    assert placer._remembered is None and reads == []
+    assert placer.cache.remembered is None and reads == []
     placer.scores(share(30), names[:5])  # a shape asked before, but of 5 nodes only
     assert placer.warm_verdicts(share(30), names) is None
     placer.scores(share(30), names)
@@ -168,7 +168,7 @@ def test_filter_from_the_verdicts_is_the_feasibility_checks_answer(policy: str) 
     for i, request in enumerate(pods):
         placer.scores(request, names)
         scored = checker.check(request, names, scored=True)
-        warm += placer._remembered is not None
+        warm += placer.cache.remembered is not None
         plain = checker.check(request, names)
         seen: Any = (scored.fits, scored.failed, scored.reasons)
         assert seen == (plain.fits, plain.failed, plain.reasons), request.describe()

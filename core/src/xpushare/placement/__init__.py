@@ -8,15 +8,10 @@ policy measured offline is the policy the cluster runs.
 """
 
 from xpushare.placement.config import PlacementConfig
-from xpushare.placement.placer import (
-    UNKNOWN_NODE,
-    Decision,
-    FilterResult,
-    NoFit,
-    Placer,
-    policy_registry,
-)
+from xpushare.placement.placer import Placer
 from xpushare.placement.requests import host_requests, pod_request
+from xpushare.placement.results import UNKNOWN_NODE, Decision, FilterResult, NoFit
+from xpushare.placement.variants import policy_registry
 
 __all__ = [
     "UNKNOWN_NODE",
