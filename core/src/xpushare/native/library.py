@@ -11,19 +11,30 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from xpushare.native.errors import LibraryNotFound, LoadAttempt, MissingSymbol
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from xpushare.native.thread import LibraryThread
+T = TypeVar("T")
 
 #: ``dlopen`` flags. RTLD_NOW: an unresolved symbol fails the load, with dlerror's message,
 #: instead of a later call. RTLD_LOCAL: one vendor's symbols cannot satisfy (or clash with)
 #: another's, since all vendors' libraries share the process.
 DEFAULT_DLOPEN_MODE: Final[int] = os.RTLD_NOW | os.RTLD_LOCAL
+
+
+class LibraryCaller(Protocol):
+    """What a library needs of the thread that loaded it (a ``LibraryThread``): its
+    vendor's name and a way to run a call on it. A protocol, so this module and
+    thread.py, which loads through :func:`open_first`, do not import each other."""
+
+    @property
+    def vendor(self) -> str: ...
+
+    def call(self, fn: Callable[..., T], /, *args: Any, timeout_s: float | None = None) -> T: ...
 
 
 class NativeLibrary:
@@ -37,7 +48,7 @@ class NativeLibrary:
 
     def __init__(
         self,
-        thread: LibraryThread,
+        thread: LibraryCaller,
         path: str,
         attempts: tuple[LoadAttempt, ...],
         cdll: ctypes.CDLL,
@@ -88,7 +99,7 @@ class NativeLibrary:
         return f"<NativeLibrary {self.vendor!r} {self.path!r}>"
 
 
-def open_first(thread: LibraryThread, paths: Sequence[str], mode: int) -> NativeLibrary:
+def open_first(thread: LibraryCaller, paths: Sequence[str], mode: int) -> NativeLibrary:
     """Load the first of *paths* that ``dlopen`` accepts; run on *thread* (see its ``load``)."""
     attempts: list[LoadAttempt] = []
     for path in paths:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 if TYPE_CHECKING:
-    from xpushare.node.agent import NodeAgent
+    from xpushare.node.config import NodeConfig
+    from xpushare.node.metrics import AgentMetrics
+    from xpushare.node.tasks import TaskGroup
 
 _TEXT = "text/plain; charset=utf-8"
 
@@ -44,6 +46,25 @@ MAX_CONNECTIONS = 64
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 _REASONS |= {413: "Payload Too Large", 503: "Service Unavailable"}
+
+
+class NodeAgent(Protocol):
+    """What the server reads of the node agent (``xpushare.node.agent.NodeAgent``), which
+    starts it: a protocol, so the two modules do not import each other."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def metrics(self) -> AgentMetrics: ...
+
+    @property
+    def group(self) -> TaskGroup: ...
+
+    #: The port bound, once serving (the configured one may be 0: any free port).
+    http_port: int | None
+
+    def readiness(self) -> list[str]: ...
 
 
 def route(agent: NodeAgent, method: str, path: str) -> tuple[int, str, bytes]:

@@ -50,8 +50,8 @@ from xpushare.scheduling.units import demand_units
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from xpushare.scheduling.fragmentation import Workload
     from xpushare.scheduling.request import Demand
+    from xpushare.scheduling.workload import Workload
 
     Floats = NDArray[np.float64]
     Ints = NDArray[np.intp]

@@ -21,7 +21,7 @@ demands, and tables whose devices differ in size when the CPU-aware measure is a
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -29,9 +29,27 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from xpushare.scheduling.fragarrays import Floats, Ints, VendorArrays
-    from xpushare.scheduling.fragmentation import FragmentationMeter
     from xpushare.scheduling.request import Demand, PodRequest
     from xpushare.scheduling.state import NodeState
+    from xpushare.scheduling.workload import Workload
+
+
+class FragmentationMeter(Protocol):
+    """What the search reads of a meter (``fragmentation.FragmentationMeter``, which calls
+    this module: a protocol, so the two do not import each other)."""
+
+    @property
+    def workload(self) -> Workload: ...
+
+    def arrays(self, vendor: str) -> VendorArrays: ...
+
+    def table_raw(
+        self,
+        vendor: str,
+        state: tuple[int, tuple[tuple[Any, ...], ...]],  # fragmentation.State
+        cpu_free: int | None,
+        memory_free: int | None,
+    ) -> float: ...
 
 
 class Growth(NamedTuple):

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from xpushare.scheduling.fit import PodFit
-    from xpushare.scheduling.fragmentation import Workload
     from xpushare.scheduling.ledger import UsageLedger
     from xpushare.scheduling.request import Demand, PodRequest
     from xpushare.scheduling.state import DeviceState, DeviceTable, NodeState
+    from xpushare.scheduling.workload import Workload
 
 
 class Policy:

@@ -41,9 +41,10 @@ from xpushare.models import (
     ReleaseRequest,
 )
 from xpushare.scheduling.partitions import parse_slot
-from xpushare_nvidia import detect, dynamic, mig, modes
+from xpushare_nvidia import dynamic, mig, modes
 from xpushare_nvidia.calls import running_processes
 from xpushare_nvidia.journal import Journal, done, instance_of, intent
+from xpushare_nvidia.library import GEOMETRY_KEY, MIG_KEY
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import HamiCoreConfig, NvidiaConfig
@@ -340,7 +341,7 @@ def _mig_instances(
     on it; the scheduler's ledger guarantees a free one exists for each booked slice.
     """
     owners: dict[str, _Owner] = nvml.extra.setdefault(_OWNERS_KEY, {})
-    states: dict[str, mig.MigState] = nvml.extra.get(detect.MIG_KEY, {})
+    states: dict[str, mig.MigState] = nvml.extra.get(MIG_KEY, {})
     me = (request.pod.uid or str(request.pod), request.container)
     chosen: list[str] = []
     for piece in slices:
@@ -416,7 +417,7 @@ def _create_instances(
     name = _container_dir_name(request, who)
     _note_owner(config, request, name, who)
     entries = journal.read(name)
-    geometry: dict[str, tuple[dynamic.GiProfile, ...]] = nvml.extra.get(detect.GEOMETRY_KEY, {})
+    geometry: dict[str, tuple[dynamic.GiProfile, ...]] = nvml.extra.get(GEOMETRY_KEY, {})
     out: list[str] = []
     for piece in slices:
         profile_name, start = parse_slot(piece.partition or "") or ("", -1)
@@ -543,7 +544,7 @@ def _release_instances(nvml: Nvml | None, config: NvidiaConfig, request: Release
         left = []
         for entry in entries:
             handle = nvml.handles.get(entry["gpu"])
-            profiles = nvml.extra.get(detect.GEOMETRY_KEY, {}).get(entry["gpu"], ())
+            profiles = nvml.extra.get(GEOMETRY_KEY, {}).get(entry["gpu"], ())
             if handle is None:
                 left.append(entry)  # the GPU is gone from NVML for now: try again later
                 busy.append(f"{entry['profile']}@{entry['start']} on GPU {entry['gpu']} (not seen)")

@@ -16,21 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from xpushare.models import Device, PartitionProfile, TopologyLink
-from xpushare_nvidia import dynamic, health, mig, modes, topology
+from xpushare_nvidia import allocate, dynamic, health, mig, modes, topology
 from xpushare_nvidia.calls import is_lost, normalize_bus_id, optional, text
 from xpushare_nvidia.lazy import pynvml
-from xpushare_nvidia.library import VENDOR
+from xpushare_nvidia.library import GEOMETRY_KEY, INVENTORY_KEY, MIG_KEY, VENDOR
 
 if TYPE_CHECKING:
     from xpushare_nvidia.config import NvidiaConfig
     from xpushare_nvidia.library import Nvml
 
 log = logging.getLogger(__name__)
-
-#: Keys in ``Nvml.extra``.
-INVENTORY_KEY: Final = "inventory"  # dict[int, Device]: the last detection, by NVML index
-MIG_KEY: Final = "mig"  # dict[str, MigState]: MIG-mode GPUs by UUID
-GEOMETRY_KEY: Final = "mig_geometry"  # dict[str, tuple[GiProfile, ...]]: dynamic MIG GPUs
 
 #: Model name when NVML returns an empty one (the inventory requires a name).
 UNKNOWN_MODEL: Final = "NVIDIA GPU"
@@ -148,8 +143,6 @@ _warned: set[str] = set()
 
 def _apply_mode(gpu: _Gpu, config: NvidiaConfig) -> None:
     """Switch the GPU to its configured mode if nothing runs on it; read its MIG geometry."""
-    from xpushare_nvidia import allocate  # allocate imports this module
-
     gpu.target = config.mode_of(gpu.uuid, gpu.index)
     if gpu.target is None:
         return

@@ -55,6 +55,13 @@ _DRIVER_ABSENT: Final = {
 STATE_KEY: Final = "nvml"
 
 
+#: Keys of what detection leaves in ``Nvml.extra`` for the other hooks (here, not in
+#: detect.py, so allocate.py reads them without importing detection, which imports it).
+INVENTORY_KEY: Final = "inventory"  # dict[int, Device]: the last detection, by NVML index
+MIG_KEY: Final = "mig"  # dict[str, MigState]: MIG-mode GPUs by UUID
+GEOMETRY_KEY: Final = "mig_geometry"  # dict[str, tuple[GiProfile, ...]]: dynamic MIG GPUs
+
+
 @dataclass
 class Nvml:
     """The loaded library and what the node-side hooks share between calls."""
@@ -64,7 +71,8 @@ class Nvml:
     cuda_version: str = ""
     #: NVML device handles by GPU UUID, refreshed by every detection.
     handles: dict[str, Any] = field(default_factory=dict)
-    #: Free-form per-module state (health watcher, MIG ownership, last inventory, ...).
+    #: Free-form per-module state (health watcher, MIG ownership, last inventory, ...);
+    #: detection's keys are below.
     extra: dict[str, Any] = field(default_factory=dict)
 
 

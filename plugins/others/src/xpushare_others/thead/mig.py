@@ -34,7 +34,9 @@ from xpushare.models.device import MAX_SLICES
 from xpushare.scheduling.partitions import dynamic_profile
 
 if TYPE_CHECKING:
-    from xpushare_others.thead.library import Hgml
+    # The library's base class, not thead.library's Hgml: that module imports this one's
+    # signatures, and these functions use only what every NVML-shaped library has.
+    from xpushare_others.common.nvml_shaped import NvmlApiLibrary as Hgml
 
 log = logging.getLogger(__name__)
 
