@@ -350,7 +350,7 @@ def _cap(module: str, name: str) -> int | None:
 
 def print_caps(scheduler: Any) -> None:
     """Each memory-bound structure's size against its cap; a size above its cap is a bug."""
-    from xpushare.scheduling import state as state_mod
+    from xpushare.scheduling import signatures
 
     ledger = scheduler.ledger
     placer = scheduler.placer
@@ -393,7 +393,7 @@ def print_caps(scheduler: Any) -> None:
             len(feasibility._shared),
             _cap("xpushare.scheduler.feasible", "SHARED_LIMIT"),
         ),
-        ("interned signatures", len(state_mod._SIG_IDS), state_mod.MAX_INTERNED_SIGNATURES),
+        ("interned signatures", len(signatures._SIG_IDS), signatures.MAX_INTERNED_SIGNATURES),
     ]
     over = [name for name, size, cap in rows if cap is not None and size > cap]
     seen = f"{learnt.seen:,}" if learnt is not None else "?"

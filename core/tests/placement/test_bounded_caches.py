@@ -24,8 +24,14 @@ from xpushare.models import (
 from xpushare.placement import Placer, fill, memo, ranking
 from xpushare.plugins import HostSettings, PluginHost
 from xpushare.plugins.builtin import CORE_PLUGINS
-from xpushare.scheduling import PodRequest, UsageLedger, fragarrays, fragmentation, hostaware
-from xpushare.scheduling import state as state_mod
+from xpushare.scheduling import (
+    PodRequest,
+    UsageLedger,
+    fragarrays,
+    fragmentation,
+    hostaware,
+    signatures,
+)
 from xpushare.scheduling.state import MAX_MEMO_ENTRIES
 
 
@@ -108,7 +114,7 @@ def test_tiny_bounds_decide_exactly_as_the_default_ones(
         (fragarrays, "MAX_BOOKED_ENTRIES", 8),
         (fragarrays, "MAX_SIGNATURES", 4),
         (fragarrays, "MAX_STATES", 4),
-        (state_mod, "MAX_INTERNED_SIGNATURES", 8),
+        (signatures, "MAX_INTERNED_SIGNATURES", 8),
     ]:
         monkeypatch.setattr(module, name, value)
     tiny, placer = replay(vendor, 2)

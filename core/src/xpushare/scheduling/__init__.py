@@ -7,6 +7,7 @@ of GPU-like vendors), the placement policies and the fragmentation measure. The 
 engine (:mod:`xpushare.placement`) combines them with the vendor plugins.
 """
 
+from xpushare.scheduling.charges import Charge, PodEntry, charges_of
 from xpushare.scheduling.fit import (
     PodFit,
     default_fit,
@@ -22,7 +23,7 @@ from xpushare.scheduling.fragmentation import (
     TaskShape,
     Workload,
 )
-from xpushare.scheduling.ledger import Charge, PodEntry, UsageLedger, charges_of
+from xpushare.scheduling.ledger import UsageLedger
 from xpushare.scheduling.policies import BestFitPolicy, BinpackPolicy, SpreadPolicy
 from xpushare.scheduling.policy import Policy, PolicyRegistry
 from xpushare.scheduling.registry import DEFAULT_POLICY, builtin_policies

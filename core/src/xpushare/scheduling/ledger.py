@@ -7,102 +7,29 @@ never get the same slice). Adding or removing a pod touches only the devices it 
 summaries of their tables; nothing is ever rebuilt per decision. ``recount`` rebuilds the
 whole state from scratch, for tests and self-checks.
 
-A pod's usage of a device is collapsed as in HAMi (hami-protocol.md §1.8): init containers
-run before the app containers and one at a time, so a device costs the larger of the
-largest init container and the sum of the app containers; a share slot is taken per app
-container on it (one if only init containers use it).
+Its parts: what a pod books per device and booking it (charges.py), the clock and log of
+node changes and the answers a changed node starts with (changes.py), the checks of what is
+booked (audit.py).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from xpushare.models import Device, DeviceUsage, NodeView, PodAssignment
 from xpushare.models._compact import compact
+from xpushare.scheduling import audit
+from xpushare.scheduling.changes import CHANGE_LOG as CHANGE_LOG
+from xpushare.scheduling.changes import MAX_SHARED_STATES as MAX_SHARED_STATES
+from xpushare.scheduling.changes import NodeChanges
+from xpushare.scheduling.charges import Charge as Charge
+from xpushare.scheduling.charges import NamespaceBook, book
+from xpushare.scheduling.charges import PodEntry as PodEntry
+from xpushare.scheduling.charges import charges_of as charges_of
 from xpushare.scheduling.state import MAX_MEMO_ENTRIES, DeviceState, DeviceTable, NodeState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-
-#: Node states whose shared answers the ledger keeps (each a dict of at most ``memo_limit``
-#: answers, mostly pointers to answers shared further: at the scheduler's 64, some 40 MB at
-#: the bound): a simulator replay passes through some 10,000, a cluster's extender through
-#: fewer at a time.
-MAX_SHARED_STATES = 20_000
-#: Node changes the ledger remembers by name (:meth:`UsageLedger.changed_since`). A reader
-#: patches answers it took a moment ago (/filter's, reused by the /prioritize that follows
-#: it, some milliseconds later): at 300 pods/s about four changes land in between (a
-#: reservation and three watch events a pod), so 256 leaves room for a burst of node
-#: updates; past it the reader asks everything again.
-CHANGE_LOG = 256
-
-
-@dataclass(frozen=True, slots=True)
-class Charge:
-    """What one pod books on one device."""
-
-    vendor: str
-    device_id: str
-    slots: int
-    memory: int
-    compute: int
-    exclusive: bool
-    partitions: tuple[str, ...] = ()
-
-
-@dataclass(slots=True)
-class PodEntry:
-    """One pod in the ledger: its node, its charges, its host resources."""
-
-    key: str
-    node: str
-    assignment: PodAssignment | None
-    charges: tuple[Charge, ...]
-    cpu_milli: int
-    memory_mib: int
-    reserved: bool
-    #: The pod's namespace ("" when unknown): its usage counts against the namespace's quota.
-    namespace: str = ""
-
-
-def charges_of(assignment: PodAssignment) -> tuple[Charge, ...]:
-    """The collapsed per-device usage of a pod's assignment (init peak vs app sum)."""
-    app: dict[tuple[str, str], list[Any]] = {}
-    init: dict[tuple[str, str], list[Any]] = {}
-    for container in assignment.containers:
-        target = init if container.init else app
-        for s in container.devices:
-            e = target.setdefault((container.vendor, s.device_id), [0, 0, 0, False, []])
-            if container.init:
-                e[0] = 1
-                e[1] = max(e[1], s.memory_mib)
-                e[2] = max(e[2], s.compute_percent)
-            else:
-                e[0] += 1
-                e[1] += s.memory_mib
-                e[2] += s.compute_percent
-            e[3] = e[3] or s.exclusive
-            if s.partition:
-                e[4].append(s.partition)
-    out = []
-    for key in sorted(set(app) | set(init)):
-        a = app.get(key)
-        i = init.get(key)
-        if a is None:
-            assert i is not None
-            slots, memory, compute, exclusive, parts = i
-        else:
-            slots, memory, compute = a[0], a[1], a[2]
-            exclusive, parts = a[3], a[4]
-            if i is not None:
-                memory = max(memory, i[1])
-                compute = max(compute, i[2])
-                exclusive = exclusive or i[3]
-        out.append(Charge(key[0], key[1], slots, memory, compute, exclusive, tuple(sorted(parts))))
-    return tuple(out)
 
 
 class UsageLedger:
@@ -137,21 +64,13 @@ class UsageLedger:
         self._nodes: dict[str, NodeState] = {}
         self._inventory: dict[str, dict[str, tuple[Device, ...]]] = {}
         self._entries: dict[str, PodEntry] = {}
-        #: Per namespace and vendor: [device memory MiB, compute percent] its pods book
-        #: (reservations included), kept with every add and remove: what quotas compare to.
-        self._namespaces: dict[str, dict[str, list[int]]] = {}
-        self._clock = 0
-        #: The nodes of the last CHANGE_LOG clock ticks, one name per tick (see
-        #: :meth:`changed_since`).
-        self._log: deque[str] = deque(maxlen=CHANGE_LOG)
+        #: What each namespace's pods book: what quotas compare to.
+        self._namespaces = NamespaceBook()
+        self._changes = NodeChanges()
         self._next_index = 0
-        self._shared: dict[int, dict[Any, Any]] = {}
         #: Told of every reservation made (the key and its entry) and dropped (the key and
         #: ``None``); the scheduler's filter workers mirror them (scheduler/workers.py).
         self.on_reservation: Callable[[str, PodEntry | None], None] | None = None
-        #: Names of the nodes changed since :meth:`take_changes` was last called; ``None``
-        #: until :meth:`track_changes` (bounded by the fleet: a set of node names).
-        self._changed: set[str] | None = None
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -181,11 +100,11 @@ class UsageLedger:
 
     def namespace_usage(self, namespace: str) -> Mapping[str, tuple[int, int]]:
         """Per vendor, the (device memory MiB, compute percent) *namespace*'s pods book."""
-        return {v: (u[0], u[1]) for v, u in self._namespaces.get(namespace, {}).items()}
+        return self._namespaces.usage(namespace)
 
     def namespaces(self) -> list[str]:
         """The namespaces whose pods book devices now."""
-        return sorted(self._namespaces)
+        return self._namespaces.names()
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
@@ -297,23 +216,17 @@ class UsageLedger:
             self.set_node(name, ())
         else:
             del self._nodes[name]
-            if self._changed is not None:
-                self._changed.add(name)
-            self._tick(name)
+            self._changes.removed(name)
         self._inventory.pop(name, None)
 
     def track_changes(self) -> None:
         """Start recording which nodes change (every node known now counts as changed), for
         one reader that keeps per-node facts of its own (scheduler/candidates.py)."""
-        self._changed = set(self._nodes)
+        self._changes.track(self._nodes)
 
     def take_changes(self) -> set[str]:
         """The nodes added, changed or removed since the last call (and forget them)."""
-        changed = self._changed
-        if changed is None:
-            raise RuntimeError("UsageLedger.take_changes before track_changes")
-        self._changed = set()
-        return changed
+        return self._changes.take()
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -359,21 +272,8 @@ class UsageLedger:
         self._entries[key] = entry
         state.pods.add(key)
         self._apply(state, entry, +1)
-        self._count_namespace(entry, +1)
+        self._namespaces.count(entry, +1)
         return entry
-
-    def _count_namespace(self, entry: PodEntry, sign: int) -> None:
-        if not entry.charges:
-            return
-        vendors = self._namespaces.setdefault(entry.namespace, {})
-        for c in entry.charges:
-            used = vendors.setdefault(c.vendor, [0, 0])
-            used[0] += sign * c.memory
-            used[1] += sign * c.compute
-            if used == [0, 0]:
-                del vendors[c.vendor]
-        if not vendors:
-            del self._namespaces[entry.namespace]
 
     def remove(self, key: str) -> bool:
         """Stop counting a pod; ``False`` if it was not counted. O(devices of the pod)."""
@@ -383,10 +283,10 @@ class UsageLedger:
         state = self._nodes[entry.node]
         state.pods.discard(key)
         self._apply(state, entry, -1)
-        self._count_namespace(entry, -1)
+        self._namespaces.count(entry, -1)
         if not state.pods and entry.node not in self._inventory:
             del self._nodes[entry.node]
-            self._tick(entry.node)
+            self._changes.tick(entry.node)
         return True
 
     def reserve(
@@ -440,142 +340,40 @@ class UsageLedger:
         state = self._nodes.get(node)
         if state is None:
             return []
-        if key is None:
-            picked = [(v, d) for v, t in state.tables.items() for d in t.devices]
-        else:
+        entry = None
+        if key is not None:
             entry = self._entries.get(key)
             if entry is None:
                 return []
-            picked = []
-            for c in entry.charges:
-                table = state.tables.get(c.vendor)
-                d = table.by_id.get(c.device_id) if table is not None else None
-                if d is not None:
-                    picked.append((c.vendor, d))
-        problems = []
-        for vendor, d in picked:
-            what = f"{vendor} device {d.id} of node {node}"
-            if d.used_memory > d.memory_cap:
-                problems.append(f"{what}: {d.used_memory} of {d.memory_cap} MiB booked")
-            if d.used_compute > d.compute_cap:
-                problems.append(f"{what}: {d.used_compute} of {d.compute_cap} % compute booked")
-            if d.used_slots > d.slots or (d.exclusive and d.used_slots > 1):
-                problems.append(f"{what}: {d.used_slots} of {d.slots} share slots booked")
-            for name, used in d.partitions_used.items():
-                if name in d.partitions and used > d.partitions[name][2]:
-                    problems.append(f"{what}: {used} {name} instances booked")
-        return problems
+        return audit.overbooked(node, state, entry)
 
     # -- internals -----------------------------------------------------------------------------
 
     def _apply(self, state: NodeState, entry: PodEntry, sign: int, *, refresh: bool = True) -> None:
-        state.cpu_used += sign * entry.cpu_milli
-        state.memory_used += sign * entry.memory_mib
-        touched: list[DeviceTable] = []
-        for c in entry.charges:
-            table = state.tables.get(c.vendor)
-            d = table.by_id.get(c.device_id) if table is not None else None
-            if d is None or table is None:
-                o = state.orphans.setdefault((c.vendor, c.device_id), [0, 0, 0, 0])
-                o[0] += sign * c.slots
-                o[1] += sign * c.memory
-                o[2] += sign * c.compute
-                o[3] += sign * (1 if c.exclusive else 0)
-                if not any(o):
-                    del state.orphans[(c.vendor, c.device_id)]
-                continue
-            d.sig = None
-            d.used_slots += sign * c.slots
-            d.used_memory += sign * c.memory
-            d.used_compute += sign * c.compute
-            if c.exclusive:
-                d.exclusive += sign
-            for p in c.partitions:
-                d.partitions_used[p] += sign
-                if d.partitions_used[p] <= 0:
-                    del d.partitions_used[p]
-            if table not in touched:
-                touched.append(table)
+        touched = book(state, entry, sign)
         if refresh:
             for table in touched:
                 table.refresh()
-            self._bump(state)
+            self._changes.bump(state)
+
+    def _bump(self, state: NodeState) -> None:
+        self._changes.bump(state)
 
     @property
     def clock(self) -> int:
         """A count of node changes: it moves on every change to any node's answers."""
-        return self._clock
+        return self._changes.clock
 
     def changed_since(self, clock: int) -> set[str] | None:
         """The names of the nodes added, changed or removed since :attr:`clock` read
         *clock*; ``None`` when more changed than the log keeps (ask everything again)."""
-        ticks = self._clock - clock
-        if ticks <= 0:
-            return set()
-        if ticks > len(self._log):
-            return None
-        return set(islice(reversed(self._log), ticks))
-
-    def _tick(self, name: str) -> None:
-        self._clock += 1
-        self._log.append(name)
-
-    def _bump(self, state: NodeState) -> None:
-        if self._changed is not None:
-            self._changed.add(state.name)
-        self._tick(state.name)
-        state.version = self._clock
-        state.memo = {}
-        state.state_key = None
-        state.shared = self._shared_answers(state.state_id())
-
-    def _shared_answers(self, state_id: int) -> dict[Any, Any]:
-        """The answers every node in state *state_id* shares (``NodeState.shared``).
-
-        State ids are never reused, so a dict stays right for its state; past the bound the
-        table is emptied and nodes entering a state afterwards start a new dict for it.
-        """
-        found = self._shared.get(state_id)
-        if found is None:
-            if len(self._shared) >= MAX_SHARED_STATES:
-                self._shared.clear()
-            found = self._shared[state_id] = {}
-        return found
+        return self._changes.changed_since(clock)
 
     # -- whole-state views (tests, self-checks, `xpushare fit`) --------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         """Everything counted, as plain data: equal for equal states."""
-        out: dict[str, Any] = {}
-        for name, state in sorted(self._nodes.items()):
-            devices = {
-                (vendor, d.id): d.usage_key()
-                for vendor, table in state.tables.items()
-                for d in table.devices
-            }
-            summaries = {
-                vendor: (
-                    t.n_healthy,
-                    t.n_usable,
-                    t.n_whole_free,
-                    t.max_free_memory,
-                    t.max_free_compute,
-                    t.slots_used,
-                    t.mem_used,
-                    t.compute_used,
-                    t.units_free,
-                )
-                for vendor, t in state.tables.items()
-            }
-            out[name] = {
-                "cpu_used": state.cpu_used,
-                "memory_used": state.memory_used,
-                "devices": devices,
-                "summaries": summaries,
-                "orphans": {k: tuple(v) for k, v in sorted(state.orphans.items())},
-                "pods": sorted(state.pods),
-            }
-        return out
+        return audit.snapshot(self._nodes)
 
     def recount(self) -> dict[str, Any]:
         """The snapshot of a ledger rebuilt from scratch from the inventories and entries."""
