@@ -29,6 +29,7 @@ from xpushare.scheduling import (
     UsageLedger,
     fragarrays,
     fragmentation,
+    fragmeter,
     hostaware,
     signatures,
 )
@@ -108,8 +109,8 @@ def test_tiny_bounds_decide_exactly_as_the_default_ones(
         (fill, "MAX_REQUEST_KINDS", 2),
         (fragmentation, "MAX_REQUEST_IDS", 2),
         (fragmentation, "_MAX_STATE_ANSWERS", 2),
-        (fragmentation, "_MAX_VECTORS", 2),
-        (fragmentation, "_MAX_MASKS", 2),
+        (fragmeter, "_MAX_VECTORS", 2),
+        (fragmeter, "_MAX_MASKS", 2),
         (hostaware, "_MAX_ROWS", 2),
         (fragarrays, "MAX_BOOKED_ENTRIES", 8),
         (fragarrays, "MAX_SIGNATURES", 4),

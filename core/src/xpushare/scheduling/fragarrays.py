@@ -24,7 +24,7 @@ Booking a device moves one count from its signature ``a`` to its booked signatur
 so a table after a placement is its row plus ``H[a'] - H[a]`` (and the same for ``X``, ``T``).
 Then, with ``ok[i]`` = ``C[i] >= K[i]`` and the node has the shape's CPU and memory:
 
-* FGD (:class:`~xpushare.scheduling.fragmentation.FragmentationMeter`):
+* FGD (:class:`~xpushare.scheduling.fragmeter.FragmentationMeter`):
   ``sum_i W[i] (X[i] if ok[i] else T)``;
 * CPU-aware (:class:`~xpushare.scheduling.hostaware.HostAwareMeter`):
   ``sum_i W[i] T - sum_i W[i] ok[i] min(T - X[i], copies[i] P[i])``, where ``copies[i]`` is

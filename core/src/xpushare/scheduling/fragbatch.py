@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 class FragmentationMeter(Protocol):
-    """What the search reads of a meter (``fragmentation.FragmentationMeter``, which calls
+    """What the search reads of a meter (``fragmeter.FragmentationMeter``, which calls
     this module: a protocol, so the two do not import each other)."""
 
     @property
@@ -46,7 +46,7 @@ class FragmentationMeter(Protocol):
     def table_raw(
         self,
         vendor: str,
-        state: tuple[int, tuple[tuple[Any, ...], ...]],  # fragmentation.State
+        state: tuple[int, tuple[tuple[Any, ...], ...]],  # fragmeter.State
         cpu_free: int | None,
         memory_free: int | None,
     ) -> float: ...
@@ -251,7 +251,9 @@ def _ties(
     raw_after = arrays.host_aware(*arrays.split(rows[1]), per_task, cpu_after, mem_after)
     before = raw_before + np.array([o[2] if o else 0.0 for o in others])
     after = raw_after + np.array([o[3] if o else 0.0 for o in others])
-    return after / scale - before / scale  # type: ignore[no-any-return]
+    # numpy's stubs give arithmetic on arrays as Any: the annotation says what it is.
+    growth: Floats = after / scale - before / scale
+    return growth
 
 
 def _fill(

@@ -65,14 +65,13 @@ from typing import TYPE_CHECKING
 from xpushare.scheduling.fragmentation import (
     DEFAULT_COVERAGE,
     Best,
-    FragmentationMeter,
     FragmentationPolicy,
-    State,
     TaskShape,
     Workload,
     _memo_ids,
     fgd_score,
 )
+from xpushare.scheduling.fragmeter import FragmentationMeter, State
 from xpushare.scheduling.policies import BestFitPolicy
 from xpushare.scheduling.state import SIG_MEMORY, UNITS
 from xpushare.scheduling.units import demand_units
@@ -113,7 +112,7 @@ MAX_RARE_SHAPES = 8
 _WEIGHT_STEPS = 16
 _INF = float("inf")
 #: Table states whose CPU-aware rows a meter keeps: a row per task shape, ~7 KB at 64 shapes,
-#: 14 MB at the bound (as FGD's vectors, fragmentation._MAX_VECTORS; the openb replay ~2,000).
+#: 14 MB at the bound (as FGD's vectors, fragmeter._MAX_VECTORS; the openb replay ~2,000).
 _MAX_ROWS = 2_048
 
 
