@@ -20,8 +20,16 @@ and the webhook says so in an admission warning (:func:`policy_warnings`).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
+
+# Re-exported: callers have always found the pod's choice and HAMi's tokens here.
+from xpushare.scheduling.podchoice import BINPACK as BINPACK
+from xpushare.scheduling.podchoice import GPU_TOKENS as GPU_TOKENS
+from xpushare.scheduling.podchoice import MUTEX as MUTEX
+from xpushare.scheduling.podchoice import NUMA as NUMA
+from xpushare.scheduling.podchoice import SPREAD as SPREAD
+from xpushare.scheduling.podchoice import TOPOLOGY as TOPOLOGY
+from xpushare.scheduling.podchoice import PodPolicy as PodPolicy
 
 if TYPE_CHECKING:
     from xpushare.scheduling.request import Demand
@@ -39,34 +47,11 @@ MAX_VALUE_CHARS: Final = 256
 #: the only one that counts, and keeps the score arithmetic in exact float range.
 MAX_WEIGHT: Final = 1_000_000
 
-#: HAMi's GPU policy tokens; the first three are sort keys, the last two change the fit.
-BINPACK, SPREAD, NUMA, TOPOLOGY, MUTEX = "binpack", "spread", "numa", "topology-aware", "mutex"
-GPU_TOKENS: Final = (BINPACK, SPREAD, NUMA, TOPOLOGY, MUTEX)
 #: The node policies HAMi knows; any other value is binpack there (node_policy.go, Less).
 HAMI_NODE_POLICIES: Final = (BINPACK, SPREAD)
 #: HAMi's equal weights (util.DefaultDeviceScoringWeights) and its score scale (util.Weight).
 DEFAULT_WEIGHTS: Final = (1, 1, 1)
 SCORE_SCALE: Final = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class PodPolicy:
-    """What a pod's annotations change about its placement (``None``: the cluster's)."""
-
-    #: A policy name for the node choice.
-    node: str | None = None
-    #: HAMi's GPU policy value, normalised: ``None`` when the pod gives none.
-    device: str | None = None
-    #: The device-score weights (slot, core, memory).
-    weights: tuple[int, int, int] | None = None
-
-    @property
-    def mutex(self) -> bool:
-        return self.device is not None and MUTEX in self.device.split(",")
-
-    @property
-    def topology(self) -> bool:
-        return self.device is not None and TOPOLOGY in self.device.split(",")
 
 
 def _bounded(key: str, value: str) -> str:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from xpushare.models import ContainerRequest, PodRef
-    from xpushare.scheduling.podpolicy import PodPolicy
+    from xpushare.scheduling.podchoice import PodPolicy
 
 #: The compute capacity of a device without over-commit, in percent. HAMi makes a request of
 #: all the cores exclusive only on such a device (its ``Totalcore == 100``, hami-protocol.md
