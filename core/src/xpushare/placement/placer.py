@@ -202,8 +202,7 @@ class Placer:
             return other.failure_tally(request, nodes)
         tally: Counter[FitReason] = Counter()
         table = self.ledger.nodes
-        for name in table if nodes is None else nodes:
-            state = table.get(name)
+        for state in table.values() if nodes is None else map(table.get, nodes):
             ok, _, reason = (
                 self.cache.verdict(state, request)
                 if state is not None

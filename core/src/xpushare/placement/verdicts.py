@@ -97,13 +97,22 @@ class VerdictCache:
     def verdict(self, node: NodeState, request: PodRequest) -> Verdict:
         """*node*'s verdict for *request*."""
         key = self.keys.key(request)
-        share = self.keys.share[key]
-        hit = self.read([node], key, share, request)[0]
+        hit = self._read_one(node, key)
         if hit is None:
             self.filler.fill(request, key, [node])
-            hit = self.read([node], key, share, request)[0]
+            hit = self._read_one(node, key)
         assert hit is not None  # fill() remembered it
         return hit
+
+    def _read_one(self, node: NodeState, key: int) -> Verdict | None:
+        """:meth:`read` of one known node, without the lists (the simulator asks every node
+        this way when a pod fits none, to tally why)."""
+        keys = self.keys
+        if keys.share[key] or (node.core_mark is self.core_mark and keys.core_reads.get(key)):
+            found: Verdict | None = node.shared.get(key)
+        else:
+            found = node.memo.get(key)
+        return found
 
     def verdicts(
         self, request: PodRequest, nodes: Iterable[str] | None, *, limit: int | None = None
