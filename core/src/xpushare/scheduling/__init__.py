@@ -10,7 +10,6 @@ engine (:mod:`xpushare.placement`) combines them with the vendor plugins.
 from xpushare.scheduling.charges import Charge, PodEntry, charges_of
 from xpushare.scheduling.fit import (
     PodFit,
-    default_fit,
     fit_demand,
     fit_pod,
     host_reject,
@@ -23,6 +22,7 @@ from xpushare.scheduling.fragmentation import (
     TaskShape,
     Workload,
 )
+from xpushare.scheduling.hookfit import default_fit
 from xpushare.scheduling.ledger import UsageLedger
 from xpushare.scheduling.policies import BestFitPolicy, BinpackPolicy, SpreadPolicy
 from xpushare.scheduling.policy import Policy, PolicyRegistry

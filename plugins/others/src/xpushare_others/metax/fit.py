@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from xpushare.models import ContainerRequest, DeviceUsage, FitReason, FitResult, NodeView
-from xpushare.scheduling.fit import default_fit
+from xpushare.scheduling.hookfit import default_fit
 from xpushare_others.metax import app_class, qos
 from xpushare_others.metax.tags import ONLINE, SgpuTag, parse
 

@@ -26,7 +26,7 @@ from xpushare.models import (
     FitResult,
     NodeView,
 )
-from xpushare.scheduling.fit import default_fit
+from xpushare.scheduling.hookfit import default_fit
 from xpushare.scheduling.partitions import geometry_of, place_instances
 from xpushare_others.common.fitting import UNUSED, allowed
 from xpushare_others.thead.mig import MIG_MODE
