@@ -7,24 +7,12 @@ import json
 import pytest
 from aiohttp import web
 from sched_helpers import add_nodes
-from web_helpers import WEB, web_url
+from web_helpers import WEB, fake_prometheus, web_url
 
 from xpushare.scheduler.web.history import MAX_MINUTES, MAX_POINTS, MIN_MINUTES, step_for
 
 ALLOCATED = "xpushare_scheduler_device_memory_allocated_mib"
 USED = "xpushare_device_memory_used_bytes"
-
-
-async def _prometheus(handler):
-    """A Prometheus that answers query_range with *handler*; its runner and URL."""
-    app = web.Application()
-    app.router.add_get("/api/v1/query_range", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}"
 
 
 async def _get(http, url):
@@ -38,7 +26,7 @@ def _matrix(values):
 
 async def _history_with(api, scheduler_factory, http, handler, query="minutes=60"):
     add_nodes(api, 1)
-    runner, url = await _prometheus(handler)
+    runner, url = await fake_prometheus("/api/v1/query_range", handler)
     try:
         sched = await scheduler_factory(**WEB, **{"web.prometheus_url": url})
         await sched.settle(api)
