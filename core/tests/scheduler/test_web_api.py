@@ -15,6 +15,7 @@ from aiohttp import web
 from sched_helpers import add_nodes, bind_args, create_pod, filter_args, gpu_node, gpu_pod
 from web_helpers import (
     WEB,
+    fake_prometheus,
     fit_cli,
     fit_document,
     ledger_sums,
@@ -379,17 +380,6 @@ async def test_page_and_assets_are_served_from_the_package_with_a_strict_csp(
             assert "https://" not in text and "http://" not in text
 
 
-async def _prometheus(handler):
-    app = web.Application()
-    app.router.add_get("/api/v1/query", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}"
-
-
 async def test_node_page_shows_live_usage_from_prometheus(api, scheduler_factory, http):
     add_nodes(api, 1)
     device = mock.parse_spec("8x A100-80GB", "node-0")[0].id
@@ -409,7 +399,7 @@ async def test_node_page_shows_live_usage_from_prometheus(api, scheduler_factory
             result = [{"metric": labels, "value": [1, "not a number"]}, "garbage"]
         return web.json_response({"status": "success", "data": {"result": result}})
 
-    runner, url = await _prometheus(answer)
+    runner, url = await fake_prometheus("/api/v1/query", answer)
     try:
         sched = await scheduler_factory(**WEB, **{"web.prometheus_url": url})
         await sched.settle(api)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from aiohttp import web
 from sched_helpers import add_nodes, bind_args, create_pod, filter_args, gpu_node, gpu_pod
-from web_helpers import WEB, fit_cli, fit_document, ledger_sums, web_url
+from web_helpers import WEB, fake_prometheus, fit_cli, fit_document, ledger_sums, web_url
 
 from xpushare.testing.browser import headless_chromium
 
@@ -81,6 +82,10 @@ async def test_fleet_page_shows_the_ledger_and_a_bind_without_reload(api, schedu
         heat = await page.get_attribute("[data-testid=heatmap]", "data-cells")
         assert int(heat) == 3 * 8 + 4
         assert len(await page.query_selector_all("[data-testid=node-row]")) == 4
+        # No Prometheus configured: no chart over time, and the setting that turns it on.
+        await page.wait_for_selector("[data-testid=history-off]", timeout=WAIT_MS)
+        assert "web.prometheus_url" in await page.inner_text("[data-testid=history-off]")
+        assert await page.query_selector("[data-testid=history-chart]") is None
         # A bind shows up without a reload: the same document, updated by its poll.
         await page.evaluate("window.__same_document = 1")
         second = create_pod(api, gpu_pod("b", gpu="1", mem="8000", cores="25"))
@@ -118,6 +123,35 @@ async def test_fleet_page_shows_the_ledger_and_a_bind_without_reload(api, schedu
         shares = await page.query_selector_all("[data-testid=share-row]")
         assert len(shares) == 2
         assert "default/a" in await shares[0].inner_text()
+
+
+async def test_fleet_page_charts_allocated_against_used_from_prometheus(api, scheduler_factory):
+    async def answer(request):
+        start, step = float(request.query["start"]), int(request.query["step"])
+        # Allocated rises to 1.5 TiB; used holds at 700 GiB.
+        values = (
+            [1024 * 1024, 1536 * 1024] if "allocated" in request.query["query"] else [700 * 1024]
+        )
+        points = [[start + i * step, str(v)] for i, v in enumerate(values)]
+        result = [{"metric": {}, "values": points}]
+        return web.json_response({"data": {"resultType": "matrix", "result": result}})
+
+    add_nodes(api, 1)
+    runner, url = await fake_prometheus("/api/v1/query_range", answer)
+    try:
+        sched = await scheduler_factory(**WEB, **{"web.prometheus_url": url})
+        await sched.settle(api)
+        async with headless_chromium() as page:
+            await page.goto(web_url(sched) + "/#/fleet")
+            await page.wait_for_selector(
+                "[data-testid=history-chart][data-points]", timeout=WAIT_MS
+            )
+            chart = "[data-testid=history-chart]"
+            assert await page.get_attribute(chart, "data-points") == "2,1"
+            assert await page.inner_text("[data-testid=history-allocated]") == "1.5 TiB"
+            assert await page.inner_text("[data-testid=history-used]") == "700 GiB"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from aiohttp import web
 from click.testing import CliRunner
 
 from xpushare.cli.main import main as cli
@@ -16,6 +17,19 @@ WEB = {"web.enabled": True, "web.port": 0}
 
 def web_url(running: Any) -> str:
     return f"http://127.0.0.1:{running.scheduler.ports['web']}"
+
+
+async def fake_prometheus(path: str, handler: Any) -> tuple[web.AppRunner, str]:
+    """A Prometheus on a free local port that answers GET *path* with *handler*: its runner
+    (clean it up) and its URL."""
+    app = web.Application()
+    app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
 
 
 def ledger_sums(ledger: UsageLedger) -> dict[tuple[str, str], dict[str, int]]:

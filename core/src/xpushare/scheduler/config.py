@@ -217,8 +217,9 @@ class WebConfig(_Section):
     #: Localhost by default: reached with ``kubectl port-forward``, never exposed by accident.
     host: str = "127.0.0.1"
     port: int = Field(default=9396, ge=0, le=65535)
-    #: Prometheus that scrapes the node agents (``http://prometheus:9090``): the node page
-    #: then shows live usage. Unset: allocation only.
+    #: Prometheus that scrapes the node agents and the scheduler (``http://prometheus:9090``):
+    #: the node page then shows live usage and the fleet page memory allocated against used
+    #: over the last hour (web/history.py). Unset: allocation only.
     prometheus_url: str | None = None
     prometheus_timeout_s: float = Field(default=2.0, gt=0, le=30)
     #: Nodes shown per vendor/reason group on the pod and what-if pages (each one is a full

@@ -53,13 +53,14 @@ class LiveUsage:
             await self._session.close()
             self._session = None
 
-    async def _query(self, query: str) -> list[dict[str, Any]]:
+    async def _ask(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        """Prometheus' ``data`` for one API call, its size and its time bounded."""
         if self._session is None:
             self._session = aiohttp.ClientSession(trust_env=False)
         try:
             async with (
                 asyncio.timeout(self.timeout_s),
-                self._session.get(f"{self.url}/api/v1/query", params={"query": query}) as resp,
+                self._session.get(f"{self.url}{path}", params=params) as resp,
             ):
                 body = await resp.content.read(MAX_ANSWER_BYTES + 1)
                 if len(body) > MAX_ANSWER_BYTES:
@@ -70,12 +71,27 @@ class LiveUsage:
             raise LiveUnavailable(f"Prometheus at {self.url} not reachable: {exc!r}") from None
         try:
             doc = json.loads(body)
-            result = doc["data"]["result"]
-            if not isinstance(result, list):
+            data = doc["data"]
+            if not isinstance(data, dict) or not isinstance(data["result"], list):
                 raise TypeError("result is not a list")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise LiveUnavailable(f"Prometheus answer not understood: {exc}") from None
-        return [r for r in result if isinstance(r, dict)]
+        return data
+
+    async def _query(self, query: str) -> list[dict[str, Any]]:
+        data = await self._ask("/api/v1/query", {"query": query})
+        return [r for r in data["result"] if isinstance(r, dict)]
+
+    async def query_range(
+        self, query: str, start: float, end: float, step_s: int
+    ) -> list[dict[str, Any]]:
+        """The series of a range query (``resultType`` ``matrix``), unchecked inside."""
+        params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": str(step_s)}
+        data = await self._ask("/api/v1/query_range", params)
+        if data.get("resultType") != "matrix":
+            kind = str(data.get("resultType"))[:40]
+            raise LiveUnavailable(f"Prometheus answer not understood: resultType {kind!r}")
+        return [r for r in data["result"] if isinstance(r, dict)]
 
     @staticmethod
     def _value(sample: dict[str, Any]) -> float | None:

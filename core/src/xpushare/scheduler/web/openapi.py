@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from xpushare.scheduler.web.fleet import DEVICE_COLUMNS, SUM_FIELDS
+from xpushare.scheduler.web.history import DEFAULT_MINUTES, MAX_MINUTES, MIN_MINUTES
 
 _ERROR = {
     "description": "the request is not well formed, or the caller may not look",
@@ -155,6 +156,53 @@ def document() -> dict[str, Any]:
                         "304": {"description": "unchanged since the ETag given"},
                         "400": _ERROR,
                         **_AUTH,
+                    },
+                }
+            },
+            "/api/v1/history": {
+                "get": {
+                    "summary": "Fleet-wide device memory allocated and used over time (Prometheus)",
+                    "parameters": [
+                        {
+                            "name": "minutes",
+                            "in": "query",
+                            "required": False,
+                            "schema": {
+                                "type": "integer",
+                                "minimum": MIN_MINUTES,
+                                "maximum": MAX_MINUTES,
+                                "default": DEFAULT_MINUTES,
+                            },
+                        }
+                    ],
+                    "responses": {
+                        "200": _json(
+                            "Both series, at most 240 points each; configured false (and a"
+                            " message naming web.prometheus_url) when no Prometheus is set",
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "configured": {"type": "boolean"},
+                                    "minutes": {"type": "integer"},
+                                    "step_s": {"type": "integer"},
+                                    "start": {"type": "number"},
+                                    "end": {"type": "number"},
+                                    "series": {
+                                        "type": "object",
+                                        "description": "allocated_mib and used_mib:"
+                                        " [unix seconds, MiB] pairs in time order",
+                                    },
+                                    "message": {"type": "string"},
+                                },
+                            },
+                        ),
+                        "400": _ERROR,
+                        **_AUTH,
+                        "503": {
+                            **_ERROR,
+                            "description": "Prometheus down or its answer not understood, or"
+                            " the API server could not review the token",
+                        },
                     },
                 }
             },

@@ -39,6 +39,7 @@ from xpushare.scheduler.web.details import (
 )
 from xpushare.scheduler.web.explain import BadPod, Explainer
 from xpushare.scheduler.web.fleet import FilterError, FleetFilter, FleetView
+from xpushare.scheduler.web.history import SETTING, BadRange, memory_history, parse_minutes
 from xpushare.scheduler.web.hostcheck import host_middleware
 from xpushare.scheduler.web.live import LiveUnavailable, LiveUsage
 from xpushare.scheduler.web.openapi import document
@@ -189,6 +190,7 @@ class WebView:
             app.router.add_get(f"/static/{name}", self._file(name))
         app.router.add_get("/api/v1/openapi.json", self._openapi_json)
         app.router.add_get("/api/v1/fleet", self._guarded(self._fleet))
+        app.router.add_get("/api/v1/history", self._guarded(self._history))
         app.router.add_get("/api/v1/nodes/{name}", self._guarded(self._node))
         app.router.add_get("/api/v1/pods/{namespace}/{name}", self._guarded(self._pod))
         app.router.add_get("/api/v1/search", self._guarded(self._search))
@@ -245,6 +247,25 @@ class WebView:
         spent = (time.perf_counter() - started) * 1000
         headers["Server-Timing"] = f"app;dur={spent:.3f}"
         return web.Response(body=body, content_type="application/json", headers=headers)
+
+    async def _history(self, request: web.Request) -> web.StreamResponse:
+        try:
+            minutes = parse_minutes(request.query)
+        except BadRange as exc:
+            return _error(400, str(exc))
+        if self.live is None:
+            return _json(
+                {
+                    "configured": False,
+                    "minutes": minutes,
+                    "message": f"allocated versus used over time needs Prometheus: set {SETTING}",
+                }
+            )
+        try:
+            # On the view's own loop: Prometheus is asked, the scheduler's state never read.
+            return _json(await memory_history(self.live, minutes))
+        except LiveUnavailable as exc:
+            return _error(503, str(exc))
 
     def _node_now(self, name: str) -> dict[str, Any] | None:
         state = self.ledger.node(name)

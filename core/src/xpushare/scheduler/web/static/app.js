@@ -6,11 +6,16 @@
 
 const FLEET_POLL_MS = 1000;
 const DETAIL_POLL_MS = 2000;
+// History moves at Prometheus' scrape interval (15 s to 1 min): asking more often shows nothing new.
+const HISTORY_POLL_MS = 30000;
+const HISTORY_MINUTES = 60;
 const main = document.getElementById("main");
 let timer = null;
 let generation = 0;
 let fleetTag = null;
 let fleetData = null;
+let history = null;
+let historyBusy = false;
 
 function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, (c) => ({
@@ -240,6 +245,7 @@ function renderFleet(data, params) {
     </form>
     ${overview(data)}
     ${workloadLine(data)}
+    <div id="history-box" data-testid="history"></div>
     <h2>Every device <span class="muted">allocated ${color}: 0% ${HEAT.map((c, i) => `<i class="sw h${i}"></i>`).join("")} 100% <i class="sw gap sick"></i> unhealthy · click a device for its node</span></h2>
     <div class="heatwrap"><canvas id="heatmap" data-testid="heatmap"></canvas></div><div id="tip" hidden></div>
     <div id="node-table-box">${nodeTable(data, params)}</div>`;
@@ -272,6 +278,7 @@ function renderFleet(data, params) {
     next.set("top", event.target.value);
     setHash("fleet", next);
   });
+  drawHistory();
   const canvas = document.getElementById("heatmap");
   const tip = document.getElementById("tip");
   // Drawn after the overview is on screen: the figures paint first.
@@ -330,7 +337,91 @@ async function showFleet(params, mine) {
   } catch (error) {
     setStatus("not reachable: " + error.message, true);
   }
+  refreshHistory(mine);
   schedule(() => showFleet(params, mine), FLEET_POLL_MS, mine);
+}
+
+// ---- allocated versus used over time ----------------------------------------------------
+
+// Asked at most every HISTORY_POLL_MS and never twice at once (Prometheus may take its timeout
+// to answer); not awaited, so the fleet's own polling never waits for it.
+async function refreshHistory(mine) {
+  if (historyBusy || (history && Date.now() - history.at < HISTORY_POLL_MS)) return;
+  historyBusy = true;
+  try {
+    history = { at: Date.now(), data: await getJSON("/api/v1/history?minutes=" + HISTORY_MINUTES), error: null };
+  } catch (error) {
+    history = { at: Date.now(), data: null, error: error.message };
+  } finally {
+    historyBusy = false;
+  }
+  if (mine === generation) drawHistory();
+}
+
+const HISTORY_SERIES = [["allocated_mib", "allocated", "#2555c8"], ["used_mib", "used", "#e07b00"]];
+
+function clock(seconds) { return new Date(seconds * 1000).toTimeString().slice(0, 5); }
+
+function drawHistory() {
+  const box = document.getElementById("history-box");
+  if (!box || !history) return;
+  const title = `<h2>Device memory, last ${HISTORY_MINUTES} minutes <span class="muted">fleet-wide, from Prometheus</span></h2>`;
+  if (history.error) {
+    box.innerHTML = `${title}<p class="error" data-testid="history-error">${esc(history.error)}</p>`;
+    return;
+  }
+  const h = history.data;
+  if (!h.configured) {
+    box.innerHTML = `<p class="muted" data-testid="history-off">${esc(h.message)}</p>`;
+    return;
+  }
+  const latest = (points) => (points.length ? bytes(points[points.length - 1][1]) : "no data");
+  const legend = HISTORY_SERIES.map(([key, label], i) => `<i class="sw hist${i}"></i> ${label} <b data-testid="history-${label}">${latest(h.series[key])}</b>`).join(" · ");
+  box.innerHTML = `${title}<p class="muted">${legend} <span>(now)</span></p><canvas id="history-chart" data-testid="history-chart"></canvas>`;
+  const canvas = document.getElementById("history-chart");
+  const width = Math.max(240, Math.min(900, box.clientWidth));
+  const height = 160;
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = width * ratio;
+  canvas.height = height * ratio;
+  canvas.style.width = width + "px";
+  canvas.style.height = height + "px";
+  const ctx = canvas.getContext("2d");
+  ctx.scale(ratio, ratio);
+  const left = 64;
+  const bottom = height - 18;
+  const top = 6;
+  let max = 0;
+  for (const [key] of HISTORY_SERIES) for (const p of h.series[key]) max = Math.max(max, p[1]);
+  max = max > 0 ? max * 1.1 : 1024;
+  const x = (t) => left + ((t - h.start) / Math.max(1, h.end - h.start)) * (width - left - 4);
+  const y = (v) => bottom - (v / max) * (bottom - top);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.fillStyle = "#667085";
+  ctx.strokeStyle = "#e4e7ec";
+  ctx.lineWidth = 1;
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (const f of [0, 0.5, 1]) {
+    const v = (max / 1.1) * f;
+    ctx.beginPath(); ctx.moveTo(left, y(v) + 0.5); ctx.lineTo(width - 4, y(v) + 0.5); ctx.stroke();
+    ctx.fillText(bytes(v), left - 6, y(v));
+  }
+  ctx.textBaseline = "top";
+  for (const [t, align] of [[h.start, "left"], [(h.start + h.end) / 2, "center"], [h.end, "right"]]) {
+    ctx.textAlign = align;
+    ctx.fillText(clock(t), x(t), bottom + 4);
+  }
+  ctx.lineWidth = 2;
+  for (const [key, , colour] of HISTORY_SERIES) {
+    const points = h.series[key];
+    ctx.strokeStyle = colour;
+    ctx.beginPath();
+    points.forEach((p, i) => (i ? ctx.lineTo(x(p[0]), y(p[1])) : ctx.moveTo(x(p[0]), y(p[1]))));
+    ctx.stroke();
+  }
+  canvas.dataset.points = HISTORY_SERIES.map(([key]) => h.series[key].length).join(",");
+  main.dataset.history = String(history.at);
 }
 
 function statusText(status) {
