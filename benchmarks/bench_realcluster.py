@@ -6,21 +6,30 @@ scheduler with a load generator of ours; here the real control plane of tools/ku
 kube-apiserver, kube-controller-manager, kube-scheduler) drives it, with the chart installed
 as tests/realcluster installs it. Two kube-schedulers run side by side on the same nodes:
 
-* ``plain``: a profile of its own with no extender; its pods ask ``nvidia.com/gpu: 1`` only
-  (kube-scheduler's own fit against the nodes' allocatable) and skip our webhook;
-* ``extender``: the chart's KubeSchedulerConfiguration; its pods are HAMi pods
-  (``nvidia.com/gpu: 1``, ``nvidia.com/gpumem: 8000``, or the mock vendor's names) that our
-  webhook admits and our /filter, /prioritize and /bind place, a HandoffReleaser playing
-  the node agents.
+* ``plain``: a profile of its own with no extender, which counts the pods' device count and
+  memory as kube-scheduler counts any extended resource (the nodes advertise both), and
+  whose pods skip our webhook;
+* ``extender``: the chart's KubeSchedulerConfiguration, whose pods our webhook admits and
+  our /filter, /prioritize and /bind place, a HandoffReleaser playing the node agents.
+
+Both phases create the same pods, HAMi's (``nvidia.com/gpu: 1``, ``nvidia.com/gpumem:
+8000``, or the mock vendor's names): kube-scheduler's own work per node grows with the
+extended resources a pod names, so a plain pod asking fewer would flatter the baseline.
 
 Each phase creates its pods from a few threads and times from the first create to the last
 pod bound (watched). Node objects only, no kubelet. Our scheduler's CPU (user+system) and
-RSS are read from /proc around the extender phase. Prints figures; asserts nothing.
+RSS are read from /proc around the extender phase, and every process's CPU around each
+phase: on shared cores the rates follow the whole path's CPU per pod, so the table says
+where it goes (the stand-in agents and the load generator read raw JSON to stay out of
+it). ``--profile`` samples our scheduler with py-spy; ``--profile-kube-scheduler`` and
+``--profile-apiserver`` take Go CPU profiles of those. Prints figures; asserts nothing.
 
     scripts/kube-binaries                     # once
     uv run python benchmarks/bench_realcluster.py --nodes 1000 --pods 1000
     uv run python benchmarks/bench_realcluster.py --nodes 5000 --pods 2000 --vendor mock
     uv run python benchmarks/bench_realcluster.py --qps 1000 --profile /tmp/ours.txt  # py-spy
+    uv run python benchmarks/bench_realcluster.py --profile-kube-scheduler /tmp/ks.pprof
+    go tool pprof -top -cum /tmp/ks.pprof
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from xpushare.testing.realcluster import (  # noqa: E402
     HandoffReleaser,
     binaries_folder,
     create_ready_node,
+    free_port,
     ready_node,
 )
 
@@ -73,6 +83,8 @@ SHARES = 10
 A100_MIB = 81920
 PLAIN = "plain-scheduler"
 CREATE_THREADS = 8
+#: Seconds of the extender phase a Go profile covers (the phase lasts longer at 1,000 pods).
+GO_PROFILE_S = 20
 
 
 def make_nodes(installed: Installed, vendor: str, count: int) -> float:
@@ -92,7 +104,12 @@ def make_nodes(installed: Installed, vendor: str, count: int) -> float:
             for i in range(GPUS_PER_NODE)
         ]
         annotations = {inventory_key(vendor): encode_inventory(vendor, name, devices)}
-        capacity = {count_name: str(GPUS_PER_NODE * SHARES)}
+        # The memory too: the plain phase's pods ask for it as kube-scheduler counts an
+        # extended resource, the extender's as HAMi pods (our extender's to count).
+        capacity = {
+            count_name: str(GPUS_PER_NODE * SHARES),
+            RESOURCES[vendor][1]: str(GPUS_PER_NODE * A100_MIB),
+        }
         create_ready_node(installed.core, ready_node(name, annotations, capacity))
 
     started = time.monotonic()
@@ -133,26 +150,35 @@ class BoundCounter:
         self._thread.start()
 
     def _run(self) -> None:
-        from kubernetes import watch
+        # Raw JSON, as the stand-in agents read theirs: the client's model objects cost
+        # several ms of CPU a pod on the cores the measured components share.
+        import orjson
 
         version = ""
         while not self.done.is_set():
-            options: dict[str, Any] = {"timeout_seconds": 5}
+            options: dict[str, Any] = {"watch": True, "timeout_seconds": 5}
             if version:
                 options["resource_version"] = version
             try:
-                for event in watch.Watch().stream(  # type: ignore[no-untyped-call]
-                    self.installed.core.list_namespaced_pod, self.namespace, **options
-                ):
-                    obj = event["object"]
-                    version = obj.metadata.resource_version or version
-                    if obj.spec.node_name and obj.metadata.name not in self.bound:
-                        self.bound.add(obj.metadata.name)
-                        self.nodes[obj.spec.node_name] += 1
-                        self.last = time.monotonic()
-                        if len(self.bound) >= self.wanted:
-                            self.done.set()
-                            return
+                response = self.installed.core.list_namespaced_pod(
+                    self.namespace, _preload_content=False, **options
+                )
+                try:
+                    for line in response:
+                        obj = orjson.loads(line).get("object") or {}
+                        meta = obj.get("metadata") or {}
+                        version = meta.get("resourceVersion") or version
+                        node = (obj.get("spec") or {}).get("nodeName")
+                        name = meta.get("name")
+                        if node and name and name not in self.bound:
+                            self.bound.add(name)
+                            self.nodes[node] += 1
+                            self.last = time.monotonic()
+                            if len(self.bound) >= self.wanted:
+                                self.done.set()
+                                return
+                finally:
+                    response.close()  # a stream left early: its connection is not reused
             except Exception:
                 time.sleep(0.1)
 
@@ -188,8 +214,8 @@ def phase(
         list(
             pool.map(
                 lambda i: core.create_namespaced_pod(
-                    namespace, pod(f"p-{i:05d}", limits, scheduler)
-                ),
+                    namespace, pod(f"p-{i:05d}", limits, scheduler), _preload_content=False
+                ).read(),
                 range(count),
             )
         )
@@ -241,6 +267,44 @@ def cpu_seconds(pid: int) -> float:
     return total / ticks
 
 
+def cpu_by_process(plane: ControlPlane) -> dict[str, float]:
+    """CPU seconds so far of every control-plane component, and of this process (the load
+    generator, the bound counter and the stand-in node agents)."""
+    found = {c.name: cpu_seconds(c.process.pid) for c in plane.components}
+    found["bench (load, watch, stand-in agents)"] = sum(os.times()[:2])
+    return found
+
+
+class GoProfile:
+    """A Go CPU profile of a component of the next *seconds* (pprof at *base*, a client
+    certificate where it wants one), taken in a thread; :meth:`wait` writes it to *path*."""
+
+    def __init__(
+        self, base: str, path: str, seconds: int, cert: tuple[Path, Path] | None = None
+    ) -> None:
+        self.url = f"{base}/debug/pprof/profile?seconds={seconds}"
+        self.path = path
+        self.seconds = seconds
+        self.cert = cert
+        self._thread = threading.Thread(target=self._take, daemon=True)
+        self._thread.start()
+
+    def _take(self) -> None:
+        import ssl
+        import urllib.request
+
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # a profile, read once: the server is ours
+        if self.cert is not None:
+            context.load_cert_chain(*map(str, self.cert))
+        with urllib.request.urlopen(self.url, context=context, timeout=self.seconds + 60) as answer:
+            Path(self.path).write_bytes(answer.read())
+
+    def wait(self) -> None:
+        self._thread.join(self.seconds + 60)
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -278,6 +342,17 @@ def main() -> None:
         help="sample our scheduler with py-spy (installed separately: pip install py-spy) "
         "during the extender phase and write its collapsed stacks to FILE",
     )
+    parser.add_argument(
+        "--profile-kube-scheduler",
+        metavar="FILE",
+        help=f"take a Go CPU profile of the chart's kube-scheduler over the first {GO_PROFILE_S} s "
+        "of the extender phase and write it to FILE (read it with `go tool pprof -top FILE`)",
+    )
+    parser.add_argument(
+        "--profile-apiserver",
+        metavar="FILE",
+        help="the same of kube-apiserver",
+    )
     args = parser.parse_args()
 
     with (
@@ -285,12 +360,14 @@ def main() -> None:
         ControlPlane(binaries_folder(REPO), Path(work)) as plane,
     ):
         settings = dict(item.split("=", 1) for item in args.set)
+        pprof_port = free_port() if args.profile_kube_scheduler else None
         installed = install(
             plane,
             VALUES[args.vendor],
             client_qps=args.qps,
             filter_workers=args.filter_workers,
             settings=settings or None,
+            kube_scheduler_pprof_port=pprof_port,
         )
         plain_config = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -309,23 +386,32 @@ def main() -> None:
         time.sleep(2)  # both schedulers' caches hold every node
 
         count_name, memory_name = RESOURCES[args.vendor]
+        # The same pods in both phases (HAMi's shape): kube-scheduler's own per-node work
+        # grows with the extended resources a pod names (noderesources.Fit checks each name
+        # with a regular expression, 22 % of its CPU in a profile of 2026-12-06).
+        limits = {count_name: "1", memory_name: "8000"}
         pid = installed.plane.component("xpushare-scheduler").process.pid
         results: dict[str, Phase] = {}
         order = ["plain", "extender"]
         if args.order == "extender-first":
             order.reverse()
         cpu = rss_before = rss_after = 0.0
+        process_after: dict[str, float] = {}
         failed: dict[str, int] = {}
         closed: dict[str, int] = {}
         spent: dict[str, tuple[float, float]] = {}
+        #: CPU seconds per process in each phase: on shared cores the phases' rates follow
+        #: the whole path's CPU per pod, not only ours.
+        by_process: dict[str, dict[str, float]] = {}
         for which in order:
+            process_before = cpu_by_process(plane)
             if which == "plain":
-                results[which] = phase(
-                    installed, "bench-plain", args.pods, {count_name: "1"}, PLAIN
-                )
+                results[which] = phase(installed, "bench-plain", args.pods, limits, PLAIN)
             else:
-                rss_before, cpu_before = rss_mib(pid), cpu_seconds(pid)
+                # The timers first: each read makes our scheduler render /metrics, CPU that is
+                # not the phase's.
                 timers_before = timers(installed)
+                rss_before, cpu_before = rss_mib(pid), cpu_seconds(pid)
                 sampler = None
                 if args.profile:
                     sampler = subprocess.Popen(
@@ -335,15 +421,27 @@ def main() -> None:
                         ]
                     )
                     time.sleep(1)  # attached before the first pod
+                process_before = cpu_by_process(plane)  # after reading the timers
+                go_profiles = []
+                if args.profile_kube_scheduler:
+                    base = f"https://127.0.0.1:{pprof_port}"
+                    go_profiles.append(GoProfile(base, args.profile_kube_scheduler, GO_PROFILE_S))
+                if args.profile_apiserver:
+                    go_profiles.append(
+                        GoProfile(plane.url, args.profile_apiserver, GO_PROFILE_S, plane.admin_cert)
+                    )
                 with HandoffReleaser(installed.core):
                     results[which] = phase(
                         installed,
                         "bench-extender",
                         args.pods,
-                        {count_name: "1", memory_name: "8000"},
+                        limits,
                         None,
                     )
                 cpu = cpu_seconds(pid) - cpu_before
+                for go_profile in go_profiles:
+                    go_profile.wait()
+                process_after = cpu_by_process(plane)
                 rss_after = rss_mib(pid)
                 if sampler is not None:
                     sampler.send_signal(signal.SIGINT)  # py-spy writes its file and exits
@@ -364,6 +462,12 @@ def main() -> None:
                     for labels, value in installed.samples("xpushare_scheduler_failures_total")
                     if value and labels.get("verb") == "bind"
                 }
+            if which == "plain":
+                process_after = cpu_by_process(plane)
+            by_process[which] = {
+                name: seconds - process_before.get(name, 0.0)
+                for name, seconds in process_after.items()
+            }
 
     plain, extender = results["plain"], results["extender"]
     print(
@@ -388,6 +492,13 @@ def main() -> None:
         total, n = spent[key]
         if n:
             print(f"  {key:<28} {int(n):>6} calls {1000 * total / n:>8.2f} ms mean")
+    print(f"CPU per pod bound, by process: {'':<19} {'plain':>8} {'extender':>9}")
+    for name in by_process.get("extender", {}):
+        cells = []
+        for label, p in (("plain", plain), ("extender", extender)):
+            seconds = by_process.get(label, {}).get(name, 0.0)
+            cells.append(1000 * seconds / p.bound if p.bound else 0.0)
+        print(f"  {name:<46} {cells[0]:>6.2f} ms {cells[1]:>6.2f} ms")
     if closed:
         # Each connection closed is a TLS handshake again for kube-scheduler or the API server.
         print(

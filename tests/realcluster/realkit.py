@@ -232,6 +232,7 @@ def install(
     settings: dict[str, str] | None = None,
     api_proxy: bool = False,
     filter_workers: int = 0,
+    kube_scheduler_pprof_port: int | None = None,
 ) -> Installed:
     """Install xpushare on *plane* as the chart renders it with *values* (default
     :data:`CHART_VALUES`): every object it renders created for real, our scheduler as a
@@ -243,7 +244,8 @@ def install(
     *settings* are passed to every replica (``--set``). With *api_proxy* our scheduler reaches
     kube-apiserver through a :class:`CutProxy` (``Installed.api_proxy``). With
     *filter_workers* the chart's ``scheduler.filterWorkers`` is set (one replica only):
-    kube-scheduler calls the workers' port for /filter and /prioritize."""
+    kube-scheduler calls the workers' port for /filter and /prioritize. With
+    *kube_scheduler_pprof_port* kube-scheduler serves Go's profiles there (anyone may read)."""
     from kubernetes.client.rest import ApiException
 
     pki = plane.pki
@@ -335,7 +337,9 @@ def install(
     )
     if client_qps is not None:
         config["clientConnection"] = {"qps": client_qps, "burst": 2 * client_qps}
-    kube_scheduler = plane.start_scheduler(config, kubeconfig=kube_scheduler_kubeconfig)
+    kube_scheduler = plane.start_scheduler(
+        config, kubeconfig=kube_scheduler_kubeconfig, pprof_port=kube_scheduler_pprof_port
+    )
     # Up once it serves nothing yet: its readiness is its Lease, which the tests see as pods
     # being scheduled; here only an early exit (a refused config) is caught.
     time.sleep(0.5)

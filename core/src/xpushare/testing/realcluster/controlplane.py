@@ -208,6 +208,12 @@ class ControlPlane:
         _etcd_call(self.etcd_url, "/v3/kv/compaction", {"revision": revision, "physical": True})
         return revision
 
+    @property
+    def admin_cert(self) -> tuple[Path, Path]:
+        """The admin's client certificate and key files (group system:masters)."""
+        assert self._admin_cert is not None, "the control plane is not started"
+        return self._admin_cert
+
     def component(self, name: str) -> Component:
         for component in self.components:
             if component.name == name:
@@ -286,12 +292,19 @@ class ControlPlane:
         self.components.append(start_process("kube-controller-manager", args, self.logs))
 
     def start_scheduler(
-        self, config: Object, *, kubeconfig: Path | None = None, name: str = "kube-scheduler"
+        self,
+        config: Object,
+        *,
+        kubeconfig: Path | None = None,
+        name: str = "kube-scheduler",
+        pprof_port: int | None = None,
     ) -> Component:
         """Start kube-scheduler with the KubeSchedulerConfiguration *config*, its
         ``clientConnection.kubeconfig`` set to *kubeconfig* (default: the admin's; with
         ``--config`` kube-scheduler ignores ``--kubeconfig``). Returns when its process is
-        running; it is ready once it holds its Lease, which a test sees as pods scheduled."""
+        running; it is ready once it holds its Lease, which a test sees as pods scheduled.
+        With *pprof_port* it serves Go's profiles (``/debug/pprof/``) there, over TLS, to
+        anyone: a benchmark's profile of the real scheduler (benchmarks/bench_realcluster.py)."""
         config = {
             **config,
             "clientConnection": {
@@ -304,9 +317,17 @@ class ControlPlane:
         args = [
             str(self.binaries / "kube-scheduler"),
             f"--config={path}",
-            "--secure-port=0",
             "--v=2",
         ]
+        if pprof_port is None:
+            args.append("--secure-port=0")
+        else:
+            args += [
+                f"--secure-port={pprof_port}",
+                "--bind-address=127.0.0.1",
+                "--authorization-always-allow-paths=/debug/pprof,/debug/pprof/*",
+                "--authentication-skip-lookup=true",
+            ]
         component = start_process(name, args, self.logs)
         self.components.append(component)
         return component
