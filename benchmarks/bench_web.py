@@ -43,6 +43,7 @@ from xpushare.scheduler import Scheduler, load_config
 from xpushare.scheduler.kube import Kube, KubeSettings
 from xpushare.testing.apiserver import FakeApiServer, node, pod
 from xpushare.testing.browser import headless_chromium
+from xpushare.testing.localhttp import serve_local
 
 MODELS = ("A100-80GB", "H100-80GB", "L40S-48GB")
 GPUS = 8
@@ -269,15 +270,7 @@ async def stand_in_prometheus(
             {"status": "success", "data": {"resultType": "vector", "result": result}}
         )
 
-    app = aioweb.Application()
-    app.router.add_get("/api/v1/query_range", query_range)
-    app.router.add_get("/api/v1/query", query)
-    runner = aioweb.AppRunner(app)
-    await runner.setup()
-    site = aioweb.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
+    return await serve_local({"/api/v1/query_range": query_range, "/api/v1/query": query})
 
 
 async def fleet_screenshot(directory: Path, nodes: int) -> None:
