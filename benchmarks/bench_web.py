@@ -14,17 +14,26 @@ then pods are bound over /bind and the time until the open page shows each is me
     uv run python benchmarks/bench_web.py                   # 5,000 nodes
     uv run python benchmarks/bench_web.py --nodes 500       # quicker
     uv run python benchmarks/bench_web.py --screenshots docs/images --nodes 24
+
+The screenshots' Prometheus is a stand-in (:func:`stand_in_prometheus`): no Prometheus runs
+here, so the fleet page's history and the node page's live usage are drawn from series it
+makes up from the ledger's bookings (allocated rising to what is booked now, in use some 60
+to 70 % of it). The pages and the API calls behind them are the real ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import re
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+from aiohttp import web as aioweb
 
 from xpushare.codec import encode_assignment, encode_inventory
 from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
@@ -34,6 +43,7 @@ from xpushare.scheduler import Scheduler, load_config
 from xpushare.scheduler.kube import Kube, KubeSettings
 from xpushare.testing.apiserver import FakeApiServer, node, pod
 from xpushare.testing.browser import headless_chromium
+from xpushare.testing.localhttp import serve_local
 
 MODELS = ("A100-80GB", "H100-80GB", "L40S-48GB")
 GPUS = 8
@@ -84,8 +94,8 @@ def build(api: FakeApiServer, nodes: int) -> list[str]:
     return names
 
 
-async def start(api: FakeApiServer) -> tuple[Scheduler, Kube]:
-    settings = {
+async def start(api: FakeApiServer, prometheus: str | None = None) -> tuple[Scheduler, Kube]:
+    settings: dict[str, Any] = {
         "server.host": "127.0.0.1",
         "server.port": 0,
         "server.metrics_port": 0,
@@ -93,6 +103,8 @@ async def start(api: FakeApiServer) -> tuple[Scheduler, Kube]:
         "web.enabled": True,
         "web.port": 0,
     }
+    if prometheus:
+        settings["web.prometheus_url"] = prometheus
     config = load_config(environ={}, overrides=settings)
     kube = await Kube.connect(KubeSettings(server=api.url))
     host = PluginHost(core_plugins=CORE_PLUGINS)
@@ -209,27 +221,88 @@ async def bench(nodes: int, binds: int) -> None:
         await kube.close()
 
 
+async def stand_in_prometheus(
+    fleet: dict[str, Scheduler],
+) -> tuple[aioweb.AppRunner, str]:
+    """A local Prometheus for the screenshots (its runner and URL), answering the view's
+    queries from ``fleet["scheduler"]``'s ledger: the history's two range queries, and each
+    device's utilisation and memory in use for a node's instant queries. Made-up figures,
+    labelled as such in docs/web-view.md; read on the scheduler's loop, where it runs."""
+
+    def booked(only: str | None = None) -> list[tuple[str, Any, int]]:
+        """(node, device, MiB booked) of every device, or of node *only*'s."""
+        ledger = fleet["scheduler"].ledger
+        out: list[tuple[str, Any, int]] = []
+        names = list(ledger.nodes) if only is None else [only] if only in ledger.nodes else []
+        for name in names:
+            usage = ledger.device_usage(name, "mock")  # one call a node: 40,000 devices
+            out.extend((name, d, usage[d.id].used_memory_mib) for d in ledger.devices(name))
+        return out
+
+    async def query_range(request: aioweb.Request) -> aioweb.Response:
+        q = request.query
+        start, end, step = float(q["start"]), float(q["end"]), int(q["step"])
+        now = sum(mib for _, _, mib in booked())
+        points = []
+        for i in range(int((end - start) // step) + 1):
+            at = start + i * step
+            share = (at - start) / max(end - start, 1)
+            allocated = now * (0.7 + 0.3 * share)  # pods arriving over the hour
+            used = allocated * (0.65 + 0.05 * math.sin(at / 600))
+            points.append([at, str(allocated if "allocated" in q["query"] else used)])
+        result = [{"metric": {}, "values": points}]
+        return aioweb.json_response(
+            {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        )
+
+    async def query(request: aioweb.Request) -> aioweb.Response:
+        text = request.query["query"]
+        node = re.search(r'node="([^"]*)"', text)
+        result = []
+        if node and text.startswith(("xpushare_device_utilization", "xpushare_device_memory")):
+            for name, d, mib in booked(node.group(1)):
+                share = mib / d.memory_mib if d.memory_mib else 0.0
+                value = 0.05 + 0.8 * share if "utilization" in text else mib * 0.7 * 1024 * 1024
+                result.append(
+                    {"metric": {"node": name, "device": d.id}, "value": [time.time(), str(value)]}
+                )
+        return aioweb.json_response(
+            {"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+    return await serve_local({"/api/v1/query_range": query_range, "/api/v1/query": query})
+
+
 async def fleet_screenshot(directory: Path, nodes: int) -> None:
     """The fleet page alone, at *nodes* nodes: web-fleet-<nodes>.png."""
     directory.mkdir(parents=True, exist_ok=True)
+    fleet: dict[str, Scheduler] = {}
+    prometheus, prometheus_url = await stand_in_prometheus(fleet)
     async with FakeApiServer(history=1_000_000) as api:
         build(api, nodes)
-        scheduler, kube = await start(api)
+        scheduler, kube = await start(api, prometheus_url)
+        fleet["scheduler"] = scheduler
         web = f"http://127.0.0.1:{scheduler.ports['web']}"
         async with headless_chromium(1400, 900) as page:
             await page.goto(f"{web}/#/fleet")
-            await page.wait_for_selector("main[data-heat]", timeout=60_000)
+            await page.wait_for_selector(
+                "main[data-heat] [data-testid=history-chart][data-points]", timeout=60_000
+            )
             await page.screenshot(path=str(directory / f"web-fleet-{nodes}.png"), full_page=True)
         await scheduler.stop()
         await kube.close()
+    await prometheus.cleanup()
     print(f"screenshot in {directory}")
 
 
 async def screenshots(directory: Path, nodes: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
+    fleet: dict[str, Scheduler] = {}
+    prometheus, prometheus_url = await stand_in_prometheus(fleet)
     async with FakeApiServer() as api:
         build(api, nodes)
-        scheduler, kube = await start(api)
+        scheduler, kube = await start(api, prometheus_url)
+        fleet["scheduler"] = scheduler
         web = f"http://127.0.0.1:{scheduler.ports['web']}"
         main = f"http://127.0.0.1:{scheduler.ports['main']}"
         big = api.put(
@@ -254,16 +327,24 @@ async def screenshots(directory: Path, nodes: int) -> None:
             "        xpushare.io/mock-gpucores: '30'\n"
         )
         async with headless_chromium(1280, 820) as page:
+            # (name, route, what shows the page is complete, the whole page or the window):
+            # the pod page's per-node explanations run on for screens, the window shows
+            # its summary and groups.
             pages = [
-                ("fleet", "#/fleet", "main[data-heat]"),
-                ("node", "#/node/gpu-00003", "[data-testid=share-row]"),
-                ("pod", "#/pod/ml/train-70b", "[data-testid=fit]"),
-                ("search", "#/search?q=job-1", "[data-testid=pod-hit]"),
+                (
+                    "fleet",
+                    "#/fleet",
+                    "main[data-heat] [data-testid=history-chart][data-points]",
+                    True,
+                ),
+                ("node", "#/node/gpu-00003", "td[data-k=live_util]:not(:empty)", True),
+                ("pod", "#/pod/ml/train-70b", "[data-testid=fit]", False),
+                ("search", "#/search?q=job-1", "[data-testid=pod-hit]", True),
             ]
-            for name, route, ready in pages:
+            for name, route, ready, whole in pages:
                 await page.goto(f"{web}/{route}")
                 await page.wait_for_selector(ready, timeout=30_000)
-                await page.screenshot(path=str(directory / f"web-{name}.png"))
+                await page.screenshot(path=str(directory / f"web-{name}.png"), full_page=whole)
             await page.goto(f"{web}/#/whatif")
             await page.fill("[data-testid=whatif-spec]", spec)
             await page.click("[data-testid=whatif-go]")
@@ -271,6 +352,7 @@ async def screenshots(directory: Path, nodes: int) -> None:
             await page.screenshot(path=str(directory / "web-whatif.png"), full_page=True)
         await scheduler.stop()
         await kube.close()
+    await prometheus.cleanup()
     print(f"screenshots in {directory}")
 
 

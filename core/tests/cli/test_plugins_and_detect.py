@@ -97,7 +97,11 @@ def test_detect_with_a_bad_spec_reports_it(runner: CliRunner, mock_only: None) -
 def test_detect_is_one_line_per_vendor_within_80_columns(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Every vendor installed here is absent (no accelerator): one line each, same form."""
+    """Every vendor installed here is absent (no accelerator): one line each, same form,
+    whole (not cut at the edge) and with the vendor's next step when its message has one
+    (awsneuron's line was its sysfs path and errno, cut at 80 columns)."""
+    from xpushare.cli.detect_cmd import next_steps
+
     monkeypatch.setenv("COLUMNS", "80")
     result = runner.invoke(main, ["detect"])
     assert result.exit_code == 0, result.output
@@ -109,6 +113,13 @@ def test_detect_is_one_line_per_vendor_within_80_columns(
     assert len(lines) == len(host_vendors) + 3  # "no devices", the header, the hint
     for row, vendor in zip(rows, host_vendors, strict=True):
         assert row.split()[1] == vendor["state"]
+        assert not row.endswith("…"), row
+        if vendor["state"] != "active":
+            steps = next_steps(vendor["vendor"], vendor["reason"])
+            shown = row.split(None, 2)[2]
+            assert shown in steps, (shown, steps)
+            if len(steps) > 1:  # the message says what to do: the line does too
+                assert shown != steps[-1], row
     verbose = runner.invoke(main, ["detect", "--verbose"]).output
     for vendor in host_vendors:
         if vendor["state"] != "active":

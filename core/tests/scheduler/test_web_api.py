@@ -25,6 +25,8 @@ from web_helpers import (
 
 from xpushare.plugins.builtin import mock
 from xpushare.scheduler import load_config
+from xpushare.scheduler.web.details import event_rows
+from xpushare.scheduler.web.explain import HEADLINE_REASON_CHARS, headline
 
 
 async def _fleet_nodes(api, scheduler_factory):
@@ -175,6 +177,7 @@ async def test_pending_pod_explanation_is_filters_and_fits(api, scheduler_factor
     # node-0 and node-1 have free 80 GB devices; the 32 GB ones of small-0 are too small.
     assert x["summary"].startswith("2/3 nodes fit: 1 x ")
     assert "not enough free device memory" in x["summary"]
+    assert x["headline"] == "2/3 nodes fit; 1 does not: not enough free device memory (1)"
     policy = sched.scheduler.placer.policy.name
     ledger = sched.scheduler.ledger
     explained = [e for g in x["groups"] for e in g["explanations"]]
@@ -217,6 +220,48 @@ async def test_refusals_are_grouped_by_reason_with_counts(api, scheduler_factory
     assert entry["reason"] == "not enough free device memory"
     assert entry["count"] == 4 == sum(g["count"] for g in x["groups"])
     assert sorted(entry["nodes"]) == ["node-0", "node-1", "node-2", "node-3"]
+    # The one line names the reason once, where /filter's words repeat it per wording.
+    assert x["headline"] == "0/4 nodes fit; 4 do not: not enough free device memory (4)"
+    assert x["summary"].count("not enough free device memory") == 4
+
+
+def test_the_headline_names_three_reasons_and_cuts_a_long_one() -> None:
+    reasons = [
+        {"reason": "x" * 500, "count": 5},
+        *({"reason": f"reason {i}", "count": 4 - i} for i in range(4)),
+    ]
+    line = headline(0, 15, reasons)
+    assert line.startswith("0/15 nodes fit; 15 do not: " + "x" * (HEADLINE_REASON_CHARS - 1))
+    assert line.endswith("… (5), reason 0 (4), reason 1 (3), 2 more reasons below")
+    assert headline(3, 3, []) == "3/3 nodes fit"
+
+
+def test_the_same_event_is_one_row_with_its_counts_summed() -> None:
+    """A Pending pod refused in the same words every minute was one row per minute."""
+
+    def event(time: str, message: str, count: object = 1) -> dict:
+        return {
+            "type": "Warning",
+            "reason": "NoDeviceFit",
+            "message": message,
+            "count": count,
+            "lastTimestamp": time,
+            "source": {"component": "xpushare-scheduler"},
+        }
+
+    long = "no node has the devices this pod asks for: " + "0/8 devices usable; " * 40
+    rows = event_rows(
+        [
+            event("2026-01-01T00:02:00Z", long),
+            event("2026-01-01T00:00:00Z", long, 2),
+            event("2026-01-01T00:01:00Z", "another message"),
+            event("2026-01-01T00:03:00Z", long, "hostile"),
+        ]
+    )
+    assert [(r["message"], r["count"], r["time"]) for r in rows] == [
+        ("another message", 1, "2026-01-01T00:01:00Z"),
+        (long, 4, "2026-01-01T00:03:00Z"),
+    ]
 
 
 async def test_the_fleet_answer_is_compressed_for_clients_that_accept_it(

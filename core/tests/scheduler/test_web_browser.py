@@ -222,6 +222,50 @@ async def test_pending_pod_page_explains_as_xpushare_fit(api, scheduler_factory,
         assert [await e.inner_text() for e in events] == ["NoDeviceFit"]
 
 
+async def test_pending_summary_is_each_reason_once_and_the_long_text_once(
+    api, scheduler_factory, http
+):
+    """Four nodes refuse for one reason in four wordings ("2/8 devices usable", ...): the
+    summary repeated "not enough free device memory" four times in /filter's words, and each
+    minute's identical event was a row of its own with the whole message again."""
+    add_nodes(api, 4)
+    sched = await scheduler_factory(**WEB)
+    await sched.settle(api)
+    for i, used in enumerate((2, 4, 6, 8)):
+        taken = create_pod(api, gpu_pod(f"p{i}", gpu=str(used), mem="60000"))
+        assert await sched.post(http, "bind", bind_args(taken, f"node-{i}")) == {"Error": ""}
+    await sched.settle(api)
+    wide = create_pod(api, gpu_pod("wide", gpu="8", mem="30000"))
+    assert (
+        await sched.post(http, "filter", filter_args(wide, list(sched.scheduler.ledger.nodes)))
+    )["NodeNames"] == []
+    await sched.scheduler.events.flush()
+    [event] = [e for e in api.items("events") if e["involvedObject"]["name"] == "wide"]
+    for minute in (1, 2):  # the same refusal a minute and two later (events.py's window)
+        again = json.loads(json.dumps(event))
+        again["metadata"]["name"] += f"-{minute}"
+        again["lastTimestamp"] = f"2099-01-01T00:0{minute}:00Z"
+        api.put("events", again)
+    async with headless_chromium() as page:
+        await page.goto(web_url(sched) + "/#/pod/default/wide")
+        await page.wait_for_selector("[data-testid=fit]", timeout=WAIT_MS)
+        summary = await page.inner_text("[data-testid=summary-line]")
+        assert summary == "0/4 nodes fit; 4 do not: not enough free device memory (4)"
+        rows = await page.query_selector_all("[data-testid=event]")
+        assert len(rows) == 1
+        assert await (await rows[0].query_selector("[data-k=count]")).inner_text() == "3"
+        # The event's long text is on the page once, folded: its head shows, not its whole.
+        message = event["message"]
+        assert len(message) > 400
+        assert (await page.text_content("main")).count(message) == 1
+        visible = await page.inner_text("main")
+        assert message not in visible
+        long = await page.query_selector("[data-testid=event-long]")
+        assert await long.get_attribute("open") is None
+        await (await long.query_selector("summary")).click()
+        assert message in await page.inner_text("main")
+
+
 async def test_whatif_page_answers_as_filter(api, scheduler_factory, http):
     sched = await _fleet(api, scheduler_factory)
     manifest = (

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from xpushare.cli.main import main as cli
 from xpushare.scheduling import UNITS, UsageLedger
+from xpushare.testing.localhttp import serve_local
 
 WEB = {"web.enabled": True, "web.port": 0}
 
@@ -22,14 +23,7 @@ def web_url(running: Any) -> str:
 async def fake_prometheus(path: str, handler: Any) -> tuple[web.AppRunner, str]:
     """A Prometheus on a free local port that answers GET *path* with *handler*: its runner
     (clean it up) and its URL."""
-    app = web.Application()
-    app.router.add_get(path, handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
+    return await serve_local({path: handler})
 
 
 def ledger_sums(ledger: UsageLedger) -> dict[tuple[str, str], dict[str, int]]:

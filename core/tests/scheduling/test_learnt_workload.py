@@ -8,12 +8,18 @@ from typing import Any
 import pytest
 
 from xpushare.models import ContainerRequest
+from xpushare.plugins import HostSettings, PluginHost
+from xpushare.plugins.builtin import CORE_PLUGINS
+from xpushare.plugins.builtin import mock as mock_plugin
 from xpushare.scheduling import FragmentationPolicy, PodRequest, TaskShape, Workload
 from xpushare.scheduling.hostaware import FgdCpuPolicy
 from xpushare.scheduling.workload import (
+    HALF_LIFE_PODS,
     MAX_CONSTRAINT_CHARS,
     MAX_LEARNT_SHAPES,
+    MAX_SHAPE_SHARE,
     MAX_WORKLOAD_SHAPES,
+    MODEL_TOLERANCE,
     REFRESH_EVERY,
     RETRY_AFTER,
     WEIGHT_SCALE,
@@ -21,6 +27,9 @@ from xpushare.scheduling.workload import (
     coarse,
     learnt_shape,
 )
+from xpushare.simulator import Simulation, read_nodes, read_tasks
+from xpushare.simulator.datasets import SAMPLE_NODES, SAMPLE_PODS
+from xpushare.simulator.fleet import pod_view
 
 
 def pod(cpu: int = 0, **kw: Any) -> PodRequest:
@@ -83,6 +92,7 @@ def test_counts_decay_so_the_model_follows_the_workload() -> None:
         learnt.observe(new)
     shapes = learnt.workload().shapes
     assert [s.demand.memory_mib for s in shapes if s.demand] == [8192]
+    assert len(learnt) == 1  # forgotten, so the bound on one shape gives it no share back
 
 
 def test_the_count_never_overflows() -> None:
@@ -169,3 +179,83 @@ def test_a_given_workload_is_used_exactly_as_given() -> None:
     for _ in range(100):
         policy.observe(pod(memory_mib=5000))
     assert policy.workload is given and policy.learnt.seen == 0
+
+
+def weights_of(workload: Workload) -> dict[TaskShape, float]:
+    return dict(zip(workload.shapes, workload.weights, strict=True))
+
+
+def test_a_flood_of_one_shape_weighs_at_most_the_cap_and_keeps_the_others_ratios() -> None:
+    learnt = LearntWorkload()
+    mix = [pod(memory_percent=p) for p in (10, 20, 40, 80)]
+    for i in range(1_000):
+        learnt.observe(mix[i % 4 if i % 10 else 0])  # 10 % twice as frequent
+    before = weights_of(learnt.workload())
+    flood = pod(memory_mib=7_000, compute_percent=70)
+    for _ in range(10 * HALF_LIFE_PODS):  # ten half-lives: the mix counts a thousandth
+        if learnt.observe(flood):
+            workload = learnt.workload()
+            assert max(workload.weights) <= MAX_SHAPE_SHARE
+            assert all(w == int(w) and 1 <= w <= WEIGHT_SCALE for w in workload.raw)
+    after = weights_of(learnt.workload())
+    flooded = learnt_shape(flood)
+    assert flooded is not None
+    assert after[flooded] == pytest.approx(MAX_SHAPE_SHARE, abs=1e-6)  # as much as allowed
+    assert set(after) == {*before, flooded}  # the coverage cut did not drop the mix
+    # The rest renormalised: the mix's shapes in the proportions they were learnt in.
+    rest = 1 - after[flooded]
+    for shape, w in before.items():
+        assert after[shape] / rest == pytest.approx(w, rel=1e-4)
+
+
+def test_a_flood_stays_bounded_for_as_long_as_other_pods_arrive() -> None:
+    learnt = LearntWorkload(half_life=1_000)
+    mix = [pod(memory_percent=p) for p in (10, 20, 40, 80)]
+    flood = pod(memory_mib=7_000, compute_percent=70)
+    flooded = learnt_shape(flood)
+    assert flooded is not None
+    for i in range(30_000):  # thirty half-lives, 99 flood pods to one of the mix
+        if learnt.observe(mix[i // 100 % 4] if i % 100 == 0 else flood) and i > 1_000:
+            weights = weights_of(learnt.workload())
+            assert weights[flooded] == pytest.approx(MAX_SHAPE_SHARE, abs=1e-6)
+            assert weights[flooded] <= MAX_SHAPE_SHARE
+    assert len(learnt) == 5  # the mix still arrives: none of it is forgotten
+
+
+def test_a_workload_of_one_shape_weighs_it_fully() -> None:
+    learnt = LearntWorkload()
+    for _ in range(100):
+        learnt.observe(pod(memory_percent=30))
+    assert learnt.workload().weights == (1.0,)  # nothing to weigh instead
+
+
+def test_the_bound_is_above_one_half() -> None:
+    for bad in (0.5, 0.2, 1.5):
+        with pytest.raises(ValueError, match="max_share"):
+            LearntWorkload(max_share=bad)
+
+
+def sample_requests() -> list[PodRequest]:
+    host = PluginHost(HostSettings(), core_plugins=CORE_PLUGINS)
+    host.register("mock", mock_plugin)
+    tasks = read_tasks(SAMPLE_PODS)
+    sim = Simulation(read_nodes(SAMPLE_NODES), tasks, host=host)
+    placer = sim.request_parser()
+    return [placer.request(pod_view(task, sim.names)) for task in tasks]
+
+
+def test_a_real_traces_learnt_workload_is_not_changed_by_the_bound() -> None:
+    """The embedded openb sample, learnt in its order: every refresh from 16 pods on (the
+    first ones are a handful of pods) is the workload learnt with no bound at all."""
+    bounded, free = LearntWorkload(), LearntWorkload(max_share=1.0)
+    refreshes = 0
+    for i, request in enumerate(sample_requests(), 1):
+        due = bounded.observe(request)
+        assert free.observe(request) == due
+        if due:
+            mine, theirs = bounded.workload(), free.workload()
+            if i >= 16:
+                assert mine.distance(theirs) < MODEL_TOLERANCE, i
+                assert mine.shapes == theirs.shapes and mine.raw == theirs.raw, i
+                refreshes += 1
+    assert refreshes >= 7  # 16, 32, ..., 1,024 and the full period after

@@ -17,14 +17,21 @@ the same per pod after a million pods as after ten:
 * **decayed counts**: a pod counts ``2^(t / HALF_LIFE_PODS)`` at its arrival ``t``, so a pod
   :data:`HALF_LIFE_PODS` pods old weighs half a new one and the model follows a changing
   workload; the growing increment makes this O(1) per pod (everything is rescaled once in a
-  long while, before floats could overflow);
+  long while, before floats could overflow); a shape whose count fell below
+  :data:`FORGOTTEN` of one new pod's is dropped at the next refresh;
 * **a capped table**: at most :data:`MAX_LEARNT_SHAPES` shapes are counted; a new shape then
   replaces the least counted one, which the decay would forget first anyway;
 * **periodic, tolerant refreshes**: every :data:`REFRESH_EVERY` pods (and after 1, 2, 4, ...
   pods before that, so a new scheduler learns quickly) the counts become a workload of at
   most :data:`MAX_WORKLOAD_SHAPES` shapes, which replaces the policy's only when it moved
   by more than :data:`MODEL_TOLERANCE` (every replacement makes the engine work out its
-  answers again).
+  answers again);
+* **a bounded share per shape**: no shape weighs more than :data:`MAX_SHAPE_SHARE` of the
+  workload (the others renormalised), so a tenant flooding the scheduler with one shape
+  cannot tilt FGD towards it while other pods still arrive; no openb trace comes near the
+  bound, so real workloads are learnt as they are. Only a workload of one shape weighs it
+  fully, which is also what a cluster whose other shapes stopped comes to once they are
+  forgotten.
 
 Quantising applies to learnt shapes only: a given workload is used exactly as given, so the
 simulator decides as before.
@@ -35,6 +42,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from xpushare.scheduling.request import Demand
@@ -69,6 +77,19 @@ RETRY_AFTER = 64
 #: Total variation distance (half the sum of the weights' differences) below which a new
 #: learnt workload with the same shapes is not worth the answers it would invalidate.
 MODEL_TOLERANCE = 0.05
+#: Largest share of a learnt workload one shape may weigh; above it, the shape is lowered to
+#: this share and the others renormalised. Measured with ``scripts/learnt-shape-shares`` on
+#: the 17 openb traces (quantised as learnt, decayed as learnt, at every refresh): the most
+#: weighed shape reaches 0.574 (the gpushare traces, 16 to 64 pods in), 0.352 past 1,024
+#: pods (cpu250), 0.315 over a whole trace (gpushare100). 0.6 is above all of them, so a
+#: real workload is learnt unchanged; above 1/2, so at most one shape is ever lowered.
+MAX_SHAPE_SHARE = 0.6
+#: Count, in new pods, under which a shape is forgotten: one pod after log2(100) = 6.6
+#: half-lives (66,000 pods), 1,000 pods after 16.6. A steady workload's counts sum to some
+#: ``HALF_LIFE_PODS / ln 2`` = 14,427 new pods, so a forgotten shape weighed under a
+#: millionth of it; forgetting it matters where :data:`MAX_SHAPE_SHARE` would otherwise give
+#: it a share of the workload again (a cluster whose pods have all become one shape).
+FORGOTTEN = 0.01
 #: Characters of model names a learnt shape may carry (a pod's ``use-model`` lists); a pod
 #: naming more is not learnt from, so no pod can make the model's entries large.
 MAX_CONSTRAINT_CHARS = 256
@@ -240,6 +261,17 @@ def learnt_shape(request: PodRequest) -> TaskShape | None:
     return TaskShape(vendor=demand.vendor, key=demand.key, cpu_milli=cpu, demand=demand)
 
 
+def bounded_top(top: float, rest: float, share: float) -> Fraction | None:
+    """The weight *top* is lowered to so it is *share* of the whole (``top + rest``), or
+    ``None`` when it is within that share already or nothing else is weighed (a workload of
+    one shape weighs it fully). Exact (a fraction), so a weight rounded down from it stays
+    within *share*."""
+    bound, whole = Fraction(share), Fraction(top) + Fraction(rest)
+    if rest <= 0 or Fraction(top) <= bound * whole:
+        return None
+    return bound * Fraction(rest) / (1 - bound)
+
+
 class LearntWorkload:
     """Decayed counts of quantised pod shapes, in a table of at most ``capacity`` shapes.
 
@@ -255,12 +287,17 @@ class LearntWorkload:
         limit: int = MAX_WORKLOAD_SHAPES,
         half_life: float = HALF_LIFE_PODS,
         refresh_every: int = REFRESH_EVERY,
+        max_share: float = MAX_SHAPE_SHARE,
     ) -> None:
         if not 0 < coverage <= 1:
             raise ValueError(f"coverage must be in (0, 1], got {coverage}")
         if capacity < 1 or limit < 1 or half_life <= 0 or refresh_every < 1:
             raise ValueError("capacity, limit, half_life and refresh_every must be positive")
+        if not 0.5 < max_share <= 1:
+            # Above 1/2 only one shape can exceed it: lowering that one is the whole cap.
+            raise ValueError(f"max_share must be in (0.5, 1], got {max_share}")
         self.coverage = coverage
+        self.max_share = max_share
         self.capacity = capacity
         self.limit = limit
         self.refresh_every = refresh_every
@@ -305,17 +342,33 @@ class LearntWorkload:
 
     def workload(self) -> Workload:
         """The most counted shapes covering ``coverage``, at most ``limit`` of them, with
-        integer weights (see :data:`WEIGHT_SCALE`); the next refresh is scheduled."""
+        integer weights (see :data:`WEIGHT_SCALE`), none above ``max_share``; the next
+        refresh is scheduled."""
         self._next_refresh = min(2 * self.seen, self.seen + self.refresh_every)
-        if not self.counts:
+        counts = self.counts
+        stale = [shape for shape, n in counts.items() if n < FORGOTTEN * self._increment]
+        for shape in stale:
+            del counts[shape]
+        if not counts:
             return Workload([], [])
-        top = max(self.counts.values())
+        # Bounded among all counted shapes first, so the coverage cut takes the others in
+        # (a shape of 96 % would cover the 95 % alone), then among those the cut kept.
+        most = max(counts, key=counts.__getitem__)
+        lowered = bounded_top(counts[most], sum(counts.values()) - counts[most], self.max_share)
+        if lowered is not None:
+            counts = {**counts, most: float(lowered)}
+        top = max(counts.values())
         scaled = {
             shape: w
-            for shape, n in self.counts.items()
+            for shape, n in counts.items()
             if (w := math.floor(n / top * WEIGHT_SCALE + 0.5)) > 0
         }
-        return Workload.from_counts(scaled, self.coverage, limit=self.limit)
+        cut = Workload.from_counts(scaled, self.coverage, limit=self.limit)
+        first, *others = cut.raw  # from_counts ranks the most weighed first
+        lowered = bounded_top(first, sum(others), self.max_share)
+        if lowered is None:
+            return cut
+        return Workload(cut.shapes, (math.floor(lowered), *others), cut.below)
 
     def retry_later(self) -> None:
         """A refresh failed: try again after :data:`RETRY_AFTER` more pods."""
@@ -324,9 +377,12 @@ class LearntWorkload:
 
 __all__ = [
     "DEFAULT_COVERAGE",
+    "FORGOTTEN",
+    "MAX_SHAPE_SHARE",
     "LearntWorkload",
     "TaskShape",
     "Workload",
+    "bounded_top",
     "coarse",
     "learnt_shape",
 ]

@@ -57,10 +57,10 @@ def test_bad_profiles_are_refused_naming_the_field(table: Any, enflame: Any) -> 
 
 
 def test_the_mode_decides_which_of_the_two_vendors_a_node_serves(table: Any, enflame: Any) -> None:
-    with pytest.raises(VendorUnavailable, match=r"mode 'gcu'.*set mode: drs") as caught:
+    with pytest.raises(VendorUnavailable, match=r"mode is 'gcu' here.*set mode: drs") as caught:
         enflame("enflame-drs", mode="gcu").startup()
     assert caught.value.vendor == "enflame-drs"
-    with pytest.raises(VendorUnavailable, match=r"mode 'drs'.*set mode: gcu"):
+    with pytest.raises(VendorUnavailable, match=r"mode is 'drs' here.*set mode: gcu"):
         enflame("enflame", mode="drs").startup()
 
 

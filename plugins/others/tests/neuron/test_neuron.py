@@ -10,6 +10,7 @@ import pytest
 
 from xpushare.errors import VendorUnavailable
 from xpushare.models import AllocateRequest, DeviceSlice, PodRef
+from xpushare.plugins import PluginHost
 
 DEVICES = "sys/devices/virtual/neuron_device"
 
@@ -46,6 +47,29 @@ def test_no_driver_makes_the_vendor_inactive_naming_the_directory(
     empty.mkdir(parents=True)
     with pytest.raises(VendorUnavailable, match=r"lists no neuron<N> device"):
         neuron(sysfs_root=str(tmp_path / "empty")).startup()
+
+
+def test_each_absence_is_one_80_column_detect_line_with_what_to_do(
+    neuron: Any, tmp_path: Path
+) -> None:
+    """`xpushare detect`'s line: the cause and the next step, not the path cut at 80."""
+    from xpushare.cli.detect_cmd import _lines
+
+    empty = tmp_path / "empty" / "devices/virtual/neuron_device"
+    empty.mkdir(parents=True)
+    reasons = []
+    for root in (tmp_path / "a-long-mount-point-for-the-hosts-sys-tree", tmp_path / "empty"):
+        with pytest.raises(VendorUnavailable) as caught:
+            neuron(sysfs_root=str(root)).startup()
+        reasons.append(caught.value.reason)
+    # Beside the longest vendor name installed (the column is as wide as it).
+    longest = max(PluginHost.from_environment().vendors, key=len)
+    rows = [{"vendor": longest, "state": "active", "devices": 1}]
+    rows += [{"vendor": "awsneuron", "state": "inactive", "reason": r} for r in reasons]
+    lines = _lines(rows, 80)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[2].endswith("no Neuron driver: load aws-neuronx-dkms or set sysfs_root")
+    assert lines[3].endswith("no Neuron device: use an Inferentia or Trainium instance")
 
 
 def test_a_device_the_driver_drops_or_without_its_node_is_unhealthy(neuron: Any) -> None:

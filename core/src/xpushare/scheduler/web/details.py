@@ -165,27 +165,38 @@ def counted_pod(cluster: ClusterState, namespace: str, name: str) -> dict[str, A
 
 
 def event_rows(events: list[ob.Object]) -> list[dict[str, Any]]:
-    rows = []
+    """A pod's events, oldest first, the same event (type, reason, message, source) once
+    with its counts summed and its latest time.
+
+    Why merged: a Pending pod is refused again every minute in the same words (events.py
+    sends a repeat after ``REPEAT_WINDOW_S``), and each is an Event of its own, so the page
+    listed one long message a row per minute."""
+    merged: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for e in events:
-        rows.append(
-            {
-                "type": str(e.get("type") or ""),
-                "reason": str(e.get("reason") or ""),
-                "message": str(e.get("message") or "")[:2000],
-                "count": e.get("count") if isinstance(e.get("count"), int) else 1,
-                "time": str(
-                    e.get("lastTimestamp")
-                    or e.get("eventTime")
-                    or ob.meta(e).get("creationTimestamp")
-                    or ""
-                ),
-                "source": str(
-                    (e.get("source") or {}).get("component") or e.get("reportingComponent") or ""
-                ),
-            }
-        )
-    rows.sort(key=lambda r: str(r["time"]))
-    return rows
+        count = e.get("count")
+        row: dict[str, Any] = {
+            "type": str(e.get("type") or ""),
+            "reason": str(e.get("reason") or ""),
+            "message": str(e.get("message") or "")[:2000],
+            "count": count if isinstance(count, int) and count > 0 else 1,
+            "time": str(
+                e.get("lastTimestamp")
+                or e.get("eventTime")
+                or ob.meta(e).get("creationTimestamp")
+                or ""
+            ),
+            "source": str(
+                (e.get("source") or {}).get("component") or e.get("reportingComponent") or ""
+            ),
+        }
+        key = (row["type"], row["reason"], row["message"], row["source"])
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = row
+        else:
+            seen["count"] += row["count"]
+            seen["time"] = max(seen["time"], row["time"])
+    return sorted(merged.values(), key=lambda r: str(r["time"]))
 
 
 def search(

@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 GROUP_NODES = 20
 #: Fitting nodes listed, best first.
 RANKED_NODES = 10
+#: Reasons the one-line summary names with their counts (the table below has them all):
+#: the refusals of a real fleet come down to two or three (memory, devices, isolation).
+HEADLINE_REASONS = 3
+#: Characters of one reason in that line; a reason with no short name is /filter's whole
+#: message (an invalid request, the webhook's refusal), shown in full in the table.
+HEADLINE_REASON_CHARS = 120
 
 
 class BadPod(ValueError):
@@ -217,13 +223,21 @@ class Explainer:
                 for n in ordered[:RANKED_NODES]
             ]
             best = node_fit_json(self.placer.explain(request, ordered[0]), who, policy)
+        by_reason = _by_reason(groups)
+        if answer["Error"]:
+            line = answer["Error"]
+        elif not fits and too_large:
+            line = summary
+        else:
+            line = headline(len(fits), len(fits) + len(refused), by_reason)
         return {
             "pod": who,
             "asks": asks,
             "policy": policy,
             "too_large": too_large,
-            "reasons": _by_reason(groups),
+            "reasons": by_reason,
             "nodes_considered": len(fits) + len(refused),
+            "headline": line,
             "summary": answer["Error"] or summary,
             "filter": answer,
             "groups": groups,
@@ -244,3 +258,23 @@ def _by_reason(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         room = GROUP_NODES - len(entry["nodes"])
         entry["nodes"].extend(g["nodes"][:room])
     return sorted(merged.values(), key=lambda e: (-e["count"], e["reason"]))
+
+
+def headline(fits: int, total: int, reasons: list[dict[str, Any]]) -> str:
+    """'2/24 nodes fit; 22 do not: not enough free device memory (22)': each reason once with
+    its count, where the event's wording repeats it for every message that differs only in
+    its figures ("0/8 devices usable: 8 not enough free device memory; ...")."""
+    head = f"{fits}/{total} nodes fit"
+    if not reasons:
+        return head
+    named = []
+    for r in reasons[:HEADLINE_REASONS]:
+        reason = r["reason"]
+        if len(reason) > HEADLINE_REASON_CHARS:
+            reason = reason[: HEADLINE_REASON_CHARS - 1] + "…"
+        named.append(f"{reason} ({r['count']})")
+    more = len(reasons) - HEADLINE_REASONS
+    if more > 0:
+        named.append(f"{more} more reason{'s' if more > 1 else ''} below")
+    refused = sum(r["count"] for r in reasons)
+    return f"{head}; {refused} {'does' if refused == 1 else 'do'} not: {', '.join(named)}"

@@ -56,6 +56,11 @@ _EXPLANATION = {
         "asks": {"type": "string", "description": "the request, as events describe it"},
         "policy": {"type": "string"},
         "nodes_considered": {"type": "integer"},
+        "headline": {
+            "type": "string",
+            "description": "one line: nodes that fit, and each reason the others do not once,"
+            " with its count",
+        },
         "summary": {"type": "string", "description": "as the NoDeviceFit event says it"},
         "filter": {
             "type": "object",
@@ -261,7 +266,12 @@ def document() -> dict[str, Any]:
                                     },
                                     "assignment": {"type": ["object", "null"]},
                                     "explanation": {"oneOf": [_EXPLANATION, {"type": "null"}]},
-                                    "events": {"type": "array", "items": {"type": "object"}},
+                                    "events": {
+                                        "type": "array",
+                                        "description": "oldest first; the same event (type,"
+                                        " reason, message, source) once, its counts summed",
+                                        "items": {"type": "object"},
+                                    },
                                 },
                             },
                         ),

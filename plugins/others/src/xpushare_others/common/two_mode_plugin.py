@@ -99,12 +99,14 @@ class TwoModePlugin(Generic[C, L]):
     def xpushare_startup(self, ctx: NodeContext) -> None:
         config = self._config(ctx)
         if config.mode != self.mode:
+            # Short cause and action first: `xpushare detect` shows "cause: action" in 80
+            # columns, the rest with --verbose.
             raise VendorUnavailable(
                 self.vendor,
-                f"this node serves {self.kind.label} in mode {config.mode!r} (vendor "
-                f"{self.kind.vendors[config.mode]}); set mode: {self.mode} in "
+                f"mode is {config.mode!r} here (vendor {self.kind.vendors[config.mode]}); "
+                f"set mode: {self.mode} to serve {self.kind.label} as this one instead, in "
                 f"XPUSHARE_{self.kind.section.upper()}_CONFIG or the node agent's "
-                f"{self.vendor!r} section to serve this one instead",
+                f"{self.vendor!r} section",
             )
         self.kind.open_library(ctx, config)
 

@@ -24,14 +24,19 @@ def check_present(config: NeuronConfig) -> None:
     try:
         found = sysfs.device_dirs(path)
     except OSError as exc:
+        # Cause first, then one short action: `xpushare detect` shows "cause: action" in
+        # 80 columns (the path and the rest are for --verbose).
         raise VendorUnavailable(
             VENDOR,
-            f"{path} cannot be read ({exc.strerror or exc}): the Neuron driver "
-            "(aws-neuronx-dkms) is not loaded here, or sysfs_root does not point at the "
-            "host's /sys",
+            f"no Neuron driver: {path} cannot be read ({exc.strerror or exc}). Load "
+            "aws-neuronx-dkms or set sysfs_root; it must point at the host's /sys.",
         ) from None
     if not found:
-        raise VendorUnavailable(VENDOR, f"{path} lists no neuron<N> device: no Neuron device here")
+        raise VendorUnavailable(
+            VENDOR,
+            f"no Neuron device: {path} lists no neuron<N> device. Use an Inferentia or "
+            "Trainium instance.",
+        )
 
 
 def device_id(node: str, index: int) -> str:

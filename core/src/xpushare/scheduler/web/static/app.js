@@ -512,7 +512,9 @@ function renderExplanation(x) {
       <td>${g.nodes.map((n) => `<a href="#/node/${encodeURIComponent(n)}">${esc(n)}</a>`).join(" ")}${g.count > g.nodes.length ? " …" : ""}</td></tr>`).join("");
   const tooLarge = (x.too_large || []).map((t) => `<li>${esc(t)}</li>`).join("");
   const ranking = x.ranking.map((r) => `<tr data-testid="ranked"><td><a href="#/node/${encodeURIComponent(r.node)}">${esc(r.node)}</a></td><td class="n">${r.score}</td><td class="n">${r.policy_score}</td></tr>`).join("");
-  return `<p data-testid="summary-line">${esc(x.summary)}</p>
+  // One line, each reason once with its count; /filter's own words, which repeat a reason
+  // for every figure they differ by, are each listed once under "Each refusal".
+  return `<p data-testid="summary-line">${esc(x.headline ?? x.summary)}</p>
     ${x.asks ? `<p class="muted">asks: ${esc(x.asks)} · policy ${esc(x.policy)} · ${x.nodes_considered} nodes considered</p>` : ""}
     ${x.best ? `<h2>Would go to <span data-testid="best-node">${esc(x.best.node)}</span></h2>${renderFit(x.best)}` : ""}
     ${ranking ? `<h2>Nodes that fit, best first</h2><table data-testid="ranking"><thead><tr><th>node</th><th class="n">extender score</th><th class="n">policy score</th></tr></thead><tbody>${ranking}</tbody></table>` : ""}
@@ -525,10 +527,19 @@ function renderExplanation(x) {
 
 // ---- pod --------------------------------------------------------------------------------
 
+// An event message longer than this shows its first words, the whole of it folded below.
+const EVENT_FOLD = 160;
+
+function eventMessage(message) {
+  if (message.length <= EVENT_FOLD) return esc(message);
+  return `<details data-testid="event-long"><summary>${esc(message.slice(0, EVENT_FOLD - 40))}…</summary>${esc(message)}</details>`;
+}
+
 function renderEvents(events, error) {
   if (error) return `<p class="error">${esc(error)}</p>`;
   if (!events.length) return `<p class="muted">no events</p>`;
-  return `<table data-testid="events"><thead><tr><th>time</th><th>type</th><th>reason</th><th>message</th></tr></thead><tbody>${events.map((e) => `<tr data-testid="event"><td>${esc(e.time)}</td><td>${esc(e.type)}</td><td data-k="reason">${esc(e.reason)}</td><td data-k="message">${esc(e.message)}</td></tr>`).join("")}</tbody></table>`;
+  // The API gives the same event once with its count (details.py's event_rows).
+  return `<table data-testid="events"><thead><tr><th>last</th><th>type</th><th>reason</th><th class="n">times</th><th>message</th></tr></thead><tbody>${events.map((e) => `<tr data-testid="event"><td>${esc(e.time)}</td><td>${esc(e.type)}</td><td data-k="reason">${esc(e.reason)}</td><td class="n" data-k="count">${esc(e.count)}</td><td data-k="message">${eventMessage(e.message)}</td></tr>`).join("")}</tbody></table>`;
 }
 
 function renderPod(p) {
