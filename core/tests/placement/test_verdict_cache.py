@@ -13,60 +13,15 @@ import random
 from typing import Any
 
 import pytest
+from fleets import fleet, gpus, share, use, whole
 
-from xpushare.models import ContainerAssignment, ContainerRequest, Device, FitReason, PodAssignment
+from xpushare.models import ContainerAssignment, FitReason, PodAssignment
 from xpushare.placement.results import LOWEST, UNKNOWN_NODE, score_key
 from xpushare.placement.variants import policy_registry
 from xpushare.placement.vendorfit import VendorFits
 from xpushare.placement.verdicts import WARM_FILL, TooCold, VerdictCache
 from xpushare.scheduling import PodRequest, Policy, UsageLedger, Workload, fit_pod
 from xpushare.scheduling.fit import slices
-
-
-def gpus(node: str, n: int, model: str = "A100") -> list[Device]:
-    return [
-        Device(vendor="mock", id=f"{node}-{i}", index=i, model=model, memory_mib=1000)
-        for i in range(n)
-    ]
-
-
-def share(percent: int, cpu: int = 0) -> PodRequest:
-    req = ContainerRequest(vendor="mock", memory_percent=percent, compute_percent=percent)
-    return PodRequest.build([req], cpu_milli=cpu)
-
-
-def whole(n: int) -> PodRequest:
-    req = ContainerRequest(vendor="mock", count=n, compute_percent=100, exclusive=True)
-    return PodRequest.build([req])
-
-
-def fleet(rng: random.Random, nodes: int) -> UsageLedger:
-    """Nodes of few distinct states (so states are shared), some of them part used."""
-    ledger = UsageLedger()
-    for n in range(nodes):
-        name = f"n{n}"
-        ledger.set_node(
-            name,
-            gpus(name, rng.choice((1, 2, 4)), model=rng.choice(("A100", "T4"))),
-            cpu_milli=rng.choice((4000, 32000)),
-            memory_mib=64000,
-        )
-        if rng.random() < 0.4:
-            use(ledger, f"used-{name}", name, rng.choice((20, 50, 100)))
-    return ledger
-
-
-def use(ledger: UsageLedger, key: str, node: str, percent: int) -> None:
-    """Put a pod on *node*'s first device that holds it (the core's fit)."""
-    state = ledger.node(node)
-    assert state is not None
-    fit = fit_pod(state, share(percent))
-    if fit.fits:
-        containers = tuple(
-            ContainerAssignment(container=d.container, vendor=d.vendor, devices=slices(p))
-            for d, p in fit.picks
-        )
-        ledger.add(key, PodAssignment(node=node, containers=containers))
 
 
 def policy_on(ledger: UsageLedger, name: str, workload: list[PodRequest]) -> Policy:
@@ -91,7 +46,7 @@ REQUESTS = [share(10), share(30, cpu=2000), share(70, cpu=8000), whole(1), whole
 
 @pytest.mark.parametrize("name", ["binpack", "best-fit", "fgd", "fgd-cpu"])
 def test_each_verdict_is_a_fresh_fit_and_score_of_that_node_alone(name: str) -> None:
-    ledger = fleet(random.Random(1), 60)
+    ledger = fleet(random.Random(1), 60, used=0.4)
     cache = cache_on(ledger, policy_on(ledger, name, REQUESTS))
     # The reference: another policy of the same name, asked about one node at a time.
     fresh = policy_on(ledger, name, REQUESTS)
@@ -128,7 +83,7 @@ def test_nodes_in_one_state_share_one_answer_worked_out_once() -> None:
 
 
 def test_a_node_that_changed_is_worked_out_again_and_no_other() -> None:
-    ledger = fleet(random.Random(2), 30)
+    ledger = fleet(random.Random(2), 30, used=0.4)
     cache = cache_on(ledger, policy_on(ledger, "binpack", REQUESTS))
     request = whole(2)
     names, before = cache.verdicts(request, None)
@@ -167,7 +122,7 @@ def test_a_node_that_changed_is_worked_out_again_and_no_other() -> None:
 
 
 def test_a_new_workload_generation_gives_new_answers() -> None:
-    ledger = fleet(random.Random(3), 20)
+    ledger = fleet(random.Random(3), 20, used=0.4)
     policy = policy_on(ledger, "fgd", [share(10)])
     cache = cache_on(ledger, policy)
     first = cache.key(share(30))
@@ -180,7 +135,7 @@ def test_a_new_workload_generation_gives_new_answers() -> None:
 
 
 def test_a_node_the_ledger_does_not_know() -> None:
-    ledger = fleet(random.Random(4), 5)
+    ledger = fleet(random.Random(4), 5, used=0.4)
     cache = cache_on(ledger, policy_on(ledger, "binpack", REQUESTS))
     names, verdicts = cache.verdicts(share(30), ["ghost", "n0"])
     assert names == ["ghost", "n0"]
@@ -191,7 +146,7 @@ def test_a_node_the_ledger_does_not_know() -> None:
 
 @pytest.mark.parametrize("name", ["binpack", "fgd-cpu"])
 def test_top_is_every_best_node_in_the_ledgers_order(name: str) -> None:
-    ledger = fleet(random.Random(5), 40)
+    ledger = fleet(random.Random(5), 40, used=0.4)
     cache = cache_on(ledger, policy_on(ledger, name, REQUESTS))
     for request in REQUESTS:
         names, verdicts = cache_on(ledger, policy_on(ledger, name, REQUESTS)).verdicts(

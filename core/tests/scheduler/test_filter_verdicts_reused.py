@@ -14,30 +14,13 @@ import random
 from typing import Any
 
 import pytest
+from fleets import fleet, gpus, share, whole
 
-from xpushare.models import ContainerRequest, Device
 from xpushare.placement import NoFit, Placer
 from xpushare.placement.verdicts import WARM_FILL
 from xpushare.scheduler.feasible import FeasibilityChecker
 from xpushare.scheduling import PodRequest, UsageLedger, Workload
 from xpushare.scheduling.ledger import CHANGE_LOG
-
-
-def gpus(node: str, n: int, model: str = "A100") -> list[Device]:
-    return [
-        Device(vendor="mock", id=f"{node}-{i}", index=i, model=model, memory_mib=1000)
-        for i in range(n)
-    ]
-
-
-def share(percent: int, cpu: int = 0) -> PodRequest:
-    req = ContainerRequest(vendor="mock", memory_percent=percent, compute_percent=percent)
-    return PodRequest.build([req], cpu_milli=cpu)
-
-
-def whole(n: int) -> PodRequest:
-    req = ContainerRequest(vendor="mock", count=n, compute_percent=100, exclusive=True)
-    return PodRequest.build([req])
 
 
 def test_the_ledger_names_the_nodes_changed_since_a_clock_reading() -> None:
@@ -62,19 +45,6 @@ def test_the_ledger_names_the_nodes_changed_since_a_clock_reading() -> None:
     assert ledger.changed_since(ledger.clock - 1) == {"c"}
 
 
-def _fleet(rng: random.Random, nodes: int) -> UsageLedger:
-    ledger = UsageLedger()
-    for n in range(nodes):
-        name = f"n{n}"
-        ledger.set_node(
-            name,
-            gpus(name, rng.choice((1, 2, 4)), model=rng.choice(("A100", "T4"))),
-            cpu_milli=rng.choice((4000, 32000)),
-            memory_mib=64000,
-        )
-    return ledger
-
-
 def _requests(rng: random.Random, count: int) -> list[PodRequest]:
     return [
         share(rng.choice((10, 30, 50, 70)), cpu=rng.choice((0, 2000, 8000)))
@@ -89,7 +59,7 @@ def test_prioritize_after_filter_answers_as_a_fresh_read_whatever_changed_betwee
     policy: str,
 ) -> None:
     rng = random.Random(11)
-    ledger = _fleet(rng, 40)
+    ledger = fleet(rng, 40)
     pods = _requests(rng, 60)
     placer = Placer(ledger, policy)
     placer.policy.set_workload(Workload.from_requests(pods))
@@ -127,7 +97,7 @@ def test_prioritize_after_filter_answers_as_a_fresh_read_whatever_changed_betwee
 
 
 def test_a_prioritize_of_other_nodes_or_another_pod_shape_reads_afresh() -> None:
-    ledger = _fleet(random.Random(3), 10)
+    ledger = fleet(random.Random(3), 10)
     placer = Placer(ledger, "binpack")
     names = list(ledger.nodes)
     placer.scores(share(30), names)
@@ -158,7 +128,7 @@ def test_filter_answers_by_feasibility_where_most_verdicts_are_not_known_yet() -
 @pytest.mark.parametrize("policy", ["binpack", "fgd-cpu"])
 def test_filter_from_the_verdicts_is_the_feasibility_checks_answer(policy: str) -> None:
     rng = random.Random(7)
-    ledger = _fleet(rng, 50)
+    ledger = fleet(rng, 50)
     placer = Placer(ledger, policy)
     pods = _requests(rng, 40)
     placer.policy.set_workload(Workload.from_requests(pods))

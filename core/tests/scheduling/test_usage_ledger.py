@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xpushare.models import ContainerAssignment, Device, DeviceSlice, PodAssignment
-from xpushare.scheduling import UsageLedger, charges_of
+from xpushare.scheduler.candidates import NO_TABLE, UNBOUNDED, UNKNOWN, CandidateRows
+from xpushare.scheduling import UsageLedger, audit, charges_of
 
 NODES = ("n0", "n1", "n2")
 DEVICES_PER_NODE = 3
@@ -148,28 +149,106 @@ op_st = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(op_st, max_size=40))
-def test_any_sequence_of_changes_equals_a_recount(ops: list[Any]) -> None:
+def start_ledger() -> UsageLedger:
     ledger = UsageLedger(memory_overcommit={"acme": 1.5})
     for n in NODES[:2]:
         ledger.set_node(n, devices(n), cpu_milli=16000, memory_mib=64000)
+    return ledger
+
+
+def apply_op(ledger: UsageLedger, op: Any) -> None:
+    kind = op[0]
+    if kind == "add":
+        _, k, (node, slices, cpu, mem), reserved = op
+        a = assignment(node, [(f"{node}-acme-{i}", m, c, x, init) for i, m, c, x, init in slices])
+        ledger.add(f"p{k}", a, cpu_milli=cpu, memory_mib=mem, reserved=reserved)
+    elif kind == "remove":
+        ledger.remove(f"p{op[1]}")
+    elif kind == "release":
+        ledger.release(f"p{op[1]}")
+    elif kind == "confirm":
+        ledger.confirm(f"p{op[1]}")
+    elif kind == "node":
+        ledger.set_node(op[1], devices(op[1], op[2]), cpu_milli=16000)
+    else:
+        ledger.remove_node(op[1])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(op_st, max_size=40))
+def test_any_sequence_of_changes_equals_a_recount(ops: list[Any]) -> None:
+    ledger = start_ledger()
     for op in ops:
-        kind = op[0]
-        if kind == "add":
-            _, k, (node, slices, cpu, mem), reserved = op
-            a = assignment(
-                node, [(f"{node}-acme-{i}", m, c, x, init) for i, m, c, x, init in slices]
-            )
-            ledger.add(f"p{k}", a, cpu_milli=cpu, memory_mib=mem, reserved=reserved)
-        elif kind == "remove":
-            ledger.remove(f"p{op[1]}")
-        elif kind == "release":
-            ledger.release(f"p{op[1]}")
-        elif kind == "confirm":
-            ledger.confirm(f"p{op[1]}")
-        elif kind == "node":
-            ledger.set_node(op[1], devices(op[1], op[2]), cpu_milli=16000)
-        else:
-            ledger.remove_node(op[1])
+        apply_op(ledger, op)
         assert ledger.snapshot() == ledger.recount()
+
+
+# -- property: a mirror kept from take_changes equals one built from scratch -----------------
+
+
+def facts(ledger: UsageLedger) -> dict[str, Any]:
+    """Every node's state as a reader of per-node facts sees it (the object itself too:
+    scheduler/candidates.py keeps it)."""
+    counted = audit.snapshot(ledger.nodes)
+    return {
+        name: (
+            id(state),
+            state.version,
+            state.cpu_free,
+            state.memory_free,
+            state.state_id(),
+            sorted(state.labels.items()),
+            counted[name],
+        )
+        for name, state in ledger.nodes.items()
+    }
+
+
+def sync_mirror(ledger: UsageLedger, mirror: dict[str, Any]) -> None:
+    """Bring *mirror* up to date from the names take_changes returns only."""
+    now = facts(ledger)
+    for name in ledger.take_changes():
+        if name in now:
+            mirror[name] = now[name]
+        else:
+            mirror.pop(name, None)
+
+
+def check_rows(ledger: UsageLedger, rows: CandidateRows) -> None:
+    """Each node's row says what the node says now; a removed node's row answers as a name
+    the ledger does not know."""
+    sids = rows.vendor("acme")
+    assert set(ledger.nodes) <= set(rows.rows)
+    for name, row in rows.rows.items():
+        state = ledger.nodes.get(name)
+        if state is None:
+            assert sids[row] == UNKNOWN
+            continue
+        table = state.tables.get("acme")
+        assert sids[row] == (NO_TABLE if table is None else table.state_id())
+        cpu, memory = state.cpu_free, state.memory_free
+        assert rows.cpu_free[row] == (UNBOUNDED if cpu is None else cpu)
+        assert rows.memory_free[row] == (UNBOUNDED if memory is None else memory)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(op_st, max_size=6), max_size=12))
+def test_a_mirror_kept_from_take_changes_equals_one_built_from_scratch(
+    batches: list[list[Any]],
+) -> None:
+    """Whatever happened between two reads (a node added, changed, removed, a placeholder
+    node made or emptied by its last pod), the names take_changes returns are enough to
+    bring a mirror up to date: removed names are absent from ``nodes``, changed ones present.
+    The same sequence on a second ledger checks the real reader, the candidates' rows."""
+    ledger, other = start_ledger(), start_ledger()
+    ledger.track_changes()
+    mirror: dict[str, Any] = {}
+    rows = CandidateRows(other)
+    for batch in batches:
+        for op in batch:
+            apply_op(ledger, op)
+            apply_op(other, op)
+        sync_mirror(ledger, mirror)
+        assert mirror == facts(ledger)
+        rows.sync()
+        check_rows(other, rows)

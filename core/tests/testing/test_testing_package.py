@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 import xpushare.testing
+from xpushare.testing.imports import loaded_by, run_fresh
 
 
 def test_every_exported_name_resolves() -> None:
@@ -22,11 +20,15 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 def test_a_small_helper_does_not_import_the_scheduler() -> None:
     # A fresh interpreter: this one has imported everything already.
-    code = (
-        "import sys, xpushare.testing.clib; "
-        "print('xpushare.scheduler' in sys.modules, 'xpushare.node' in sys.modules)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert done.stdout.split() == ["False", "False"]
+    watched = ["xpushare.scheduler", "xpushare.node"]
+    assert loaded_by("import xpushare.testing.clib", watched) == []
+
+
+def test_loaded_by_names_the_watched_modules_the_code_loaded_and_only_those() -> None:
+    code = "import json, xpushare.models\nprint('noise on the last line but one')"
+    assert loaded_by(code, ["xpushare.models", "json", "numpy"]) == ["xpushare.models", "json"]
+
+
+def test_a_failing_fresh_interpreter_is_an_assertion_with_its_stderr() -> None:
+    with pytest.raises(AssertionError, match="No module named 'no_such_module'"):
+        run_fresh("import no_such_module")

@@ -7,21 +7,16 @@ node agent's 64 MiB budget). The bindings are imported when NVML is first used.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+
+from xpushare.testing.imports import loaded_by, run_fresh
 
 
 @pytest.mark.parametrize(
     "module", ["xpushare_nvidia.plugin", "xpushare_nvidia.fit", "xpushare_nvidia.detect"]
 )
 def test_importing_the_plugin_does_not_import_pynvml(module: str) -> None:
-    code = f"import sys, {module}; print('pynvml' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout.strip() == "False", f"importing {module} imports pynvml"
+    assert loaded_by(f"import {module}", ["pynvml"]) == [], f"importing {module} imports pynvml"
 
 
 def test_the_first_use_imports_it_and_writes_reach_the_module() -> None:
@@ -33,7 +28,4 @@ def test_the_first_use_imports_it_and_writes_reach_the_module() -> None:
         "pynvml.xpushare_probe = 1\n"
         "print('pynvml' in sys.modules, sys.modules['pynvml'].xpushare_probe, code > 0)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout.split() == ["True", "1", "True"]
+    assert run_fresh(code).split() == ["True", "1", "True"]

@@ -284,7 +284,7 @@ class Scheduler:
                 informer(
                     "resourceclaims",
                     Handlers(
-                        lambda items, _: claims.replace_claims(items),
+                        claims.replace_claims,
                         claims.apply_claim,
                         claims.delete_claim,
                     ),

@@ -46,7 +46,7 @@ from xpushare.models._compact import compact
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler import versions
 from xpushare.scheduler.drabook import CLAIM_KEY_PREFIX
-from xpushare.scheduler.versions import ListSnapshot, Tombstones
+from xpushare.scheduler.versions import MAX_TOMBSTONES, ListSnapshot, Tombstones
 from xpushare.scheduling import UsageLedger
 from xpushare.scheduling.quantity import QuantityError, cpu_millis, memory_mib
 from xpushare.scheduling.quota import QuotaBook
@@ -58,12 +58,6 @@ Reporter = Callable[[str, ob.Object, str, str], None]
 #: Called with (pod, what: "changed"/"removed"/"added", message) when a bound pod's
 #: allocation record was edited after the fact: the edit is ignored (docs/scheduler.md).
 TamperReporter = Callable[[ob.Object, str, str], None]
-
-#: Deleted pods and nodes remembered with their deletion version, so that an older event
-#: or list item (a lagging watch, a slow relist, a read that raced a deletion) cannot bring
-#: one back. 16,384 deletions is minutes of churn at the 100 pods/s a large cluster runs;
-#: a view older than that comes from a watch that would have been restarted long before.
-MAX_TOMBSTONES = 16_384
 
 # HAMi keys that embed a chip name (research/hami-protocol.md §8.1).
 _ASCEND_REGISTER = re.compile(r"^hami\.io/node-register-(Ascend[-A-Za-z0-9_.]*)$")

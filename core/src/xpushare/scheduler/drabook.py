@@ -10,6 +10,14 @@ result consumed, exactly as a pod's assignment books its slices, so the extender
 modes. An entry goes when its claim is deallocated or deleted, and the first list after a
 restart rebuilds every entry.
 
+Claims are ordered by resourceVersion exactly as pods are (versions.py, client-go's
+reflector): an event or list item at or below the version held of a claim is ignored, a
+deleted claim's version is remembered so a late view cannot bring it back, and a relist
+takes away only the claims its snapshot is newer than. No write of ours allocates a claim
+(kube-scheduler's allocator does, and our /bind books nothing on a DRA node), so no claim is
+ever assumed; a relist of claims touches claim entries only, never the reservations and
+assumed bookings of our own binds (cluster.py).
+
 A result names a device by (driver, pool, device name); the ledger knows devices by the ids
 of the node's inventory annotation. Our ResourceSlices carry that id as the ``uuid``
 attribute (node/dra/slices.py), so the book watches them too. A claim whose devices no slice
@@ -29,6 +37,7 @@ from xpushare.models import PodAssignment, PodView
 from xpushare.models.assignment import ContainerAssignment, DeviceSlice
 from xpushare.models.request import ContainerRequest
 from xpushare.scheduler import objects as ob
+from xpushare.scheduler import versions
 from xpushare.scheduler.claims import (
     Allocation,
     SliceDevice,
@@ -37,6 +46,7 @@ from xpushare.scheduler.claims import (
     pod_claim_names,
     slice_devices,
 )
+from xpushare.scheduler.versions import MAX_TOMBSTONES, ListSnapshot, Tombstones
 from xpushare.scheduling import PodRequest
 from xpushare.scheduling.podpolicy import pod_policy
 
@@ -87,6 +97,10 @@ class ClaimBook:
         #: a node or slice event costs nothing while no claim waits (node events come with
         #: every bind's handoff).
         self._pending: set[str] = set()
+        #: The newest version seen of every live claim, ours or not: an older event or list
+        #: item of it is ignored (client-go's rule; versions.py).
+        self._versions: dict[str, int] = {}
+        self._tombstones = Tombstones(MAX_TOMBSTONES)
         self.claims_synced = False
         self.slices_synced = False
 
@@ -153,9 +167,19 @@ class ClaimBook:
     # -- claims ------------------------------------------------------------------------------------
 
     def apply_claim(self, obj: ob.Object) -> None:
+        """A claim was added or changed (an event or a list item); a view at or below the
+        version held of it, or of its deletion, is ignored."""
         uid = ob.uid(obj)
         if not uid:
             return
+        version = versions.of(obj)
+        if version:
+            held = self._versions.get(uid)
+            if held is None:
+                held = self._tombstones.get(uid)
+            if held is not None and version <= held:
+                return  # this view or a newer one was applied already
+            self._versions[uid] = version
         record = self.claims.get(uid)
         try:
             requests = claim_requests(obj, self.vendors)
@@ -173,7 +197,8 @@ class ClaimBook:
                 record.requests = requests
             return
         if not requests and allocation is None:
-            self._drop(uid)
+            # Not ours (its version stays held: an older view of it must not come back).
+            self._forget(uid)
             return
         if record is None:
             record = ClaimRecord(uid, ob.namespace(obj), ob.name(obj), requests, allocation)
@@ -185,15 +210,29 @@ class ClaimBook:
         self._book(record, obj)
 
     def delete_claim(self, obj: ob.Object) -> None:
-        self._drop(ob.uid(obj))
+        uid = ob.uid(obj)
+        version = versions.of(obj)
+        held = self._versions.get(uid, 0)
+        if 0 < version < held:
+            return  # a view of the deletion older than what is held: newer facts win
+        self._delete(uid, version or held)
 
-    def replace_claims(self, items: Iterable[ob.Object]) -> None:
+    def replace_claims(
+        self, items: Iterable[ob.Object], snapshot: ListSnapshot | None = None
+    ) -> None:
+        """The whole claim list (after a relist): what it shows is applied (in version
+        order, as any event), and a claim missing from it is gone only if the list is newer
+        than everything held of it (*snapshot*; None: a list newer than everything)."""
         seen = set()
         for obj in items:
             seen.add(ob.uid(obj))
             self.apply_claim(obj)
-        for uid in [u for u in self.claims if u not in seen]:
-            self._drop(uid)
+        listed = snapshot.version if snapshot is not None else 0
+        for uid in [u for u in {*self._versions, *self.claims} if u not in seen]:
+            held = self._versions.get(uid, 0)
+            if listed and held > listed:
+                continue  # seen at a version newer than the list: not gone
+            self._delete(uid, listed or held)
         # Entries of claims this process never saw listed (none in practice: the ledger is
         # this process's own) are dropped too, so the ledger holds exactly the list.
         for entry in list(self.ledger.entries()):
@@ -202,7 +241,13 @@ class ClaimBook:
                 self.ledger.remove(entry.key)
         self.claims_synced = True
 
-    def _drop(self, uid: str) -> None:
+    def _delete(self, uid: str, version: int) -> None:
+        """The claim is gone as of *version*: free its booking and remember its deletion."""
+        self._tombstones.bury(uid, version)
+        self._versions.pop(uid, None)
+        self._forget(uid)
+
+    def _forget(self, uid: str) -> None:
         record = self.claims.pop(uid, None)
         self._pending.discard(uid)
         if record is not None:

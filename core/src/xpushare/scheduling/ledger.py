@@ -202,8 +202,10 @@ class UsageLedger(LedgerView):
         self._apply(state, entry, -1)
         self._namespaces.count(entry, -1)
         if not state.pods and entry.node not in self._inventory:
+            # The last pod of a placeholder node (no inventory): the node is gone, recorded
+            # as remove_node records it, not only through the bump of the pod's removal.
             del self._nodes[entry.node]
-            self._changes.tick(entry.node)
+            self._changes.removed(entry.node)
         return True
 
     def reserve(

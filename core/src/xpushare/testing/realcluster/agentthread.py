@@ -18,10 +18,9 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from xpushare.testing.realcluster.processes import START_WAIT_S, STOP_WAIT_S
+from xpushare.testing.realcluster.processes import START_WAIT_S, STOP_WAIT_S, Started
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,9 +60,13 @@ def config_for(node: KubeletNode, **overrides: Any) -> NodeConfig:
     return replace(base, **overrides)
 
 
-class AgentThread:
+class AgentThread(Started):
     """Run :class:`NodeAgent` (*config*, *host*, *kube*) until :meth:`stop`; *host* and *kube*
     are closed on stop. A part of the agent that fails is kept in :attr:`error`."""
+
+    #: A start that timed out is raised without stop(): the host and client the caller
+    #: made stay open for it to read (a fake library's table) and close.
+    stop_after_failed_start = False
 
     def __init__(self, config: NodeConfig, host: PluginHost, kube: NodeKube) -> None:
         self.config = config
@@ -76,18 +79,6 @@ class AgentThread:
         self._thread = threading.Thread(
             target=self._main, name=f"node-agent-{config.node_name}", daemon=True
         )
-
-    def __enter__(self) -> AgentThread:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         self._thread.start()

@@ -17,7 +17,6 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
@@ -26,6 +25,7 @@ from xpushare.testing.realcluster.pki import Pki
 from xpushare.testing.realcluster.processes import (
     STOP_WAIT_S,
     Component,
+    Started,
     free_port,
     start_process,
     wait_url,
@@ -90,7 +90,7 @@ def binaries_missing(folder: Path) -> list[str]:
     return [name for name in BINARIES if not os.access(folder / name, os.X_OK)]
 
 
-class ControlPlane:
+class ControlPlane(Started):
     """etcd, kube-apiserver and kube-controller-manager; kube-scheduler on demand.
 
     *binaries* is the folder ``scripts/kube-binaries`` printed; *work* an empty folder for the
@@ -127,22 +127,6 @@ class ControlPlane:
         self._closers.append(close)
 
     # -- life cycle --------------------------------------------------------------------------
-
-    def __enter__(self) -> ControlPlane:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         started = time.monotonic()

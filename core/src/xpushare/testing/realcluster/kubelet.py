@@ -29,7 +29,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -37,6 +36,7 @@ import yaml
 from xpushare.testing.realcluster.processes import (
     START_WAIT_S,
     Component,
+    Started,
     free_port,
     start_process,
     wait_url,
@@ -121,7 +121,7 @@ def kubelet_config(
     return config
 
 
-class KubeletNode:
+class KubeletNode(Started):
     """One test node: ``fake-runtime`` and a kubelet registered as ``system:node:NAME``.
 
     The Node object is kubelet's own (it registers it, with *labels*); the
@@ -161,22 +161,6 @@ class KubeletNode:
         self._healthz = ""
 
     # -- life cycle --------------------------------------------------------------------------
-
-    def __enter__(self) -> KubeletNode:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start the runtime and kubelet; returns once the Node is Ready and untainted."""

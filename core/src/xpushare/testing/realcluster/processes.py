@@ -13,9 +13,11 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from types import TracebackType
+from typing import IO, Any, ClassVar, Self
 
 import yaml
 
@@ -47,6 +49,38 @@ def binaries_folder(repo: Path) -> Path:
         timeout=60,
     )
     return Path(answer.stdout.strip().splitlines()[-1])
+
+
+class Started(ABC):
+    """A part of the test cluster with ``start()`` and ``stop()``: ``with`` starts it and
+    stops it however the block ends (the control plane, a kubelet node, an agent thread)."""
+
+    #: Whether a ``start()`` that raises is followed by ``stop()``, so that what it had
+    #: started (a process, a folder) is ended before the error reaches the test.
+    stop_after_failed_start: ClassVar[bool] = True
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            if self.stop_after_failed_start:
+                self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 @dataclass
