@@ -224,8 +224,10 @@ async def drive(
                 failures["no node fits"] = failures.get("no node fits", 0) + 1
                 continue
             scores = await call(http, "prioritize", {"Pod": obj, "Nodes": None, "NodeNames": fits})
-            best = max(s["Score"] for s in scores)
-            target = rng.choice([s["Host"] for s in scores if s["Score"] == best])
+            # As kube-scheduler reads the answer: a candidate it leaves out scores 0.
+            by_host = dict.fromkeys(fits, 0) | {s["Host"]: s["Score"] for s in scores}
+            best = max(by_host.values())
+            target = rng.choice([host for host, score in by_host.items() if score == best])
             await gate.acquire()
             binds.append(asyncio.create_task(bind(http, obj, target)))
         await asyncio.gather(*binds)

@@ -38,8 +38,9 @@ def test_a_busy_node_scores_0_while_binds_are_in_flight_and_the_same_once_done()
     assert binding.spread(names, [10, 7, 6]) == [10, 7, 6]
 
 
-def scores(answer: list[dict[str, object]]) -> dict[str, object]:
-    return {entry["Host"]: entry["Score"] for entry in answer}  # type: ignore[misc]
+def scores(answer: list[dict[str, object]], names: list[str]) -> dict[str, object]:
+    """Each candidate's score as kube-scheduler reads the answer (a host left out: 0)."""
+    return dict.fromkeys(names, 0) | {entry["Host"]: entry["Score"] for entry in answer}  # type: ignore[misc]
 
 
 async def test_the_next_pod_of_a_burst_goes_past_a_node_whose_handoff_is_busy(
@@ -59,18 +60,18 @@ async def test_the_next_pod_of_a_burst_goes_past_a_node_whose_handoff_is_busy(
     nxt = create_pod(api, gpu_pod("next", gpu="1", mem="8000"))
     blocked = create_pod(api, gpu_pod("blocked", gpu="1", mem="8000"))
     await sched.settle(api)
-    before = scores(await sched.post(http, "prioritize", filter_args(nxt, names)))
+    before = scores(await sched.post(http, "prioritize", filter_args(nxt, names)), names)
     assert before["node-0"] > before["node-1"] > 0, before
     # A bind to node-0 waits for first's handoff: node-0 is busy, and the next pod ranks
     # node-1 first.
     waiting = asyncio.ensure_future(sched.post(http, "bind", bind_args(blocked, "node-0")))
     await asyncio.sleep(0.3)
     assert sched.scheduler.extender.binding.count("node-0") == 1
-    during = scores(await sched.post(http, "prioritize", filter_args(nxt, names)))
+    during = scores(await sched.post(http, "prioritize", filter_args(nxt, names)), names)
     assert during == {**before, "node-0": 0}, during
     with DevicePlugin(api):
         assert (await waiting) == {"Error": ""}
     await sched.settle(api)
-    after = scores(await sched.post(http, "prioritize", filter_args(nxt, names)))
+    after = scores(await sched.post(http, "prioritize", filter_args(nxt, names)), names)
     assert not sched.scheduler.extender.binding
     assert after == before, after

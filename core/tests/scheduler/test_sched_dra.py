@@ -322,7 +322,8 @@ async def prioritize(
 ) -> dict[str, int]:
     async with aiohttp.ClientSession() as http:
         answer = await running.post(http, verb, filter_args(pod_obj, nodes))
-    return {item["Host"]: item["Score"] for item in answer}
+    # A node the answer leaves out scores 0, as kube-scheduler reads it.
+    return dict.fromkeys(nodes, 0) | {item["Host"]: item["Score"] for item in answer}
 
 
 async def test_prioritize_ranks_a_dra_pod_by_the_claims_booked_usage(api):

@@ -125,7 +125,8 @@ async def test_distinct_shapes_keep_every_cache_at_its_cap(api, scheduler_factor
             want["spec"]["containers"][0]["resources"]["limits"]["cpu"] = f"{1 + i}m"
         body = filter_args(want, names)
         assert (await sched.post(http, "filter", body))["Error"] == ""
-        assert len(await sched.post(http, "prioritize", body)) == len(names)
+        scored = await sched.post(http, "prioritize", body)
+        assert {s["Host"] for s in scored} <= set(names)  # hosts above the lowest only
     policy = placer.policy
     assert len(policy.workload) <= MAX_WORKLOAD_SHAPES
     assert len(policy.learnt) <= MAX_LEARNT_SHAPES

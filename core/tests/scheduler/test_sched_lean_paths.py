@@ -18,7 +18,7 @@ from xpushare.scheduler import app as app_module
 from xpushare.scheduler.app import Scheduler
 from xpushare.scheduler.config import load_config
 from xpushare.scheduler.connections import Deadline
-from xpushare.scheduler.extender import MAX_EXTENDER_SCORE, score_list
+from xpushare.scheduler.extender import MAX_EXTENDER_SCORE, from_lowest, score_list
 from xpushare.scheduler.kube import Kube, KubeSettings
 from xpushare.testing.apiserver import FakeApiServer, node
 
@@ -71,7 +71,7 @@ def test_the_score_list_holds_exactly_the_dicts_it_replaces(names: list[str]) ->
     # The same entries, duplicates included (kube-scheduler sums them by host; the order
     # is not read).
     key = lambda e: (e["Host"], e["Score"])  # noqa: E731
-    expected = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
+    expected = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True) if s]
     assert sorted(entries, key=key) == sorted(expected, key=key)
 
 
@@ -80,10 +80,20 @@ def test_the_score_list_groups_plain_names_by_score() -> None:
     scores = [(i * 7) % 3 * 5 for i in range(500)]
     encoded = orjson.dumps(score_list(names, scores))
     entries = orjson.loads(encoded)
-    assert len(entries) == 500
-    assert {e["Host"]: e["Score"] for e in entries} == dict(zip(names, scores, strict=True))
+    nonzero = {n: s for n, s in zip(names, scores, strict=True) if s}
+    assert len(entries) == len(nonzero) < 500  # 0 is left out: kube-scheduler reads it so
+    assert {e["Host"]: e["Score"] for e in entries} == nonzero
     runs = sum(1 for a, b in pairwise(entries) if a["Score"] != b["Score"])
-    assert runs == 2  # three scores, three groups
+    assert runs == 1  # two scores above 0, two groups
+
+
+@pytest.mark.parametrize(
+    ("scores", "expected"),
+    [([3, 5, 3, 10], [0, 2, 0, 7]), ([0, 4], [0, 4]), ([7], [0]), ([], [])],
+)
+def test_scores_are_taken_from_the_lowest(scores: list[int], expected: list[int]) -> None:
+    # The same amount off every candidate: kube-scheduler's pick and its ties stay the same.
+    assert from_lowest(scores) == expected
 
 
 async def test_a_deadline_moved_later_keeps_its_timer_and_fires_once_at_the_new_time() -> None:

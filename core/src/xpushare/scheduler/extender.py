@@ -282,27 +282,48 @@ _PLAIN_TEXT = re.compile(r"[^\"\\\x00-\x1f\x7f]*")
 
 def score_list(names: list[str], scores: list[int]) -> orjson.Fragment:
     """/prioritize's answer, ``[{"Host": name, "Score": score}, ...]``, already encoded:
-    one entry per name, grouped by score (kube-scheduler sums an extender's scores by host
-    name; the order is not read).
+    one entry per name whose score is not 0, grouped by score.
 
-    Why grouped: the answer lists every candidate, 500 a call at 5,000 nodes, and the
-    scores take a few values (0..MAX_EXTENDER_SCORE). A dict per node and its encoding cost
-    0.18 ms a call in a quiet process; a piece of bytes per node, kept per name, 0.44 ms in
-    bench_throughput's filter worker, where each object touched per node is a likely cache
-    miss (2026-12-03). Here each score's names are one join of the strings parsed from the
-    request. Names JSON would have to escape (never a Kubernetes name) take orjson's path.
+    Why a node scored 0 is left out: kube-scheduler adds an extender's scores by host name
+    and a host it does not name gets nothing, the same as 0 (schedule_one.go,
+    ``prioritizeNodes``, Kubernetes 1.36); an answer of every candidate (1,000 entries at
+    1,000 nodes, 33 kB) was 8 % of kube-scheduler's CPU, decoding it, and its write a good
+    part of ours (benchmarks/bench_realcluster.py profiles, 2026-12-06). The one difference:
+    a host named gets a random tie-breaker, one left out none, as with no extender at all.
+
+    Why grouped: the scores take a few values (0..MAX_EXTENDER_SCORE). A dict per node and
+    its encoding cost 0.18 ms a call in a quiet process; a piece of bytes per node, kept per
+    name, 0.44 ms in bench_throughput's filter worker, where each object touched per node is
+    a likely cache miss (2026-12-03). Here each score's names are one join of the strings
+    parsed from the request. Names JSON would have to escape (never a Kubernetes name) take
+    orjson's path.
     """
     joined = "".join(names)
     if not (joined.isascii() and _PLAIN_TEXT.fullmatch(joined)):
         return orjson.Fragment(
-            orjson.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)])
+            orjson.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True) if s])
         )
     groups = []
-    for score in set(scores):
+    for score in set(scores) - {0}:
         hosts = compress(names, map(score.__eq__, scores))
         tail = f'","Score":{score}}}'
         groups.append('{"Host":"' + (tail + ',{"Host":"').join(hosts) + tail)
     return orjson.Fragment(("[" + ",".join(groups) + "]").encode())
+
+
+def from_lowest(scores: list[int]) -> list[int]:
+    """*scores* less the lowest of them, so the lowest is 0 (and left out of the answer).
+
+    Why this changes no decision: kube-scheduler adds our score, times its weight, to every
+    candidate's total; the same amount taken from every candidate moves no total past
+    another, so the node it picks, and the nodes tied with it, stay the same. Most
+    candidates of a large fleet share the lowest score (every empty node, under a packing
+    policy), so most of them then drop out of the answer.
+    """
+    lowest = min(scores, default=0)
+    if lowest <= 0:
+        return scores
+    return [s - lowest for s in scores]
 
 
 def _assignment_text(assignment: PodAssignment) -> str:
@@ -704,7 +725,7 @@ class Extender:
         }
         scaled[None] = 0  # a node that does not fit
         ranked = list(map(scaled.__getitem__, scores))
-        return score_list(names, self.binding.spread(names, ranked))
+        return score_list(names, from_lowest(self.binding.spread(names, ranked)))
 
     # -- /bind -------------------------------------------------------------------------------------
 
