@@ -305,6 +305,30 @@ class GoProfile:
         self._thread.join(self.seconds + 60)
 
 
+def api_requests(plane: ControlPlane) -> Counter[str]:
+    """kube-apiserver's requests so far by verb and resource (``apiserver_request_total``),
+    read with a regular expression: its /metrics is megabytes, too slow for the parser."""
+    import re
+    import ssl
+    import urllib.request
+
+    assert plane.pki is not None
+    context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
+    context.load_cert_chain(*map(str, plane.admin_cert))
+    with urllib.request.urlopen(f"{plane.url}/metrics", context=context) as answer:
+        text = answer.read().decode()
+    found: Counter[str] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+        if labels.get("subresource"):
+            key += f"/{labels['subresource']}"
+        found[key] += int(float(line.rsplit(" ", 1)[1]))
+    return found
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -397,6 +421,8 @@ def main() -> None:
             order.reverse()
         cpu = rss_before = rss_after = 0.0
         process_after: dict[str, float] = {}
+        #: kube-apiserver's requests in each phase, by verb and resource.
+        requests: dict[str, Counter[str]] = {}
         failed: dict[str, int] = {}
         closed: dict[str, int] = {}
         spent: dict[str, tuple[float, float]] = {}
@@ -405,6 +431,7 @@ def main() -> None:
         by_process: dict[str, dict[str, float]] = {}
         for which in order:
             process_before = cpu_by_process(plane)
+            requests_before = api_requests(plane)
             if which == "plain":
                 results[which] = phase(installed, "bench-plain", args.pods, limits, PLAIN)
             else:
@@ -464,6 +491,7 @@ def main() -> None:
                 }
             if which == "plain":
                 process_after = cpu_by_process(plane)
+            requests[which] = api_requests(plane) - requests_before
             by_process[which] = {
                 name: seconds - process_before.get(name, 0.0)
                 for name, seconds in process_after.items()
@@ -499,6 +527,15 @@ def main() -> None:
             seconds = by_process.get(label, {}).get(name, 0.0)
             cells.append(1000 * seconds / p.bound if p.bound else 0.0)
         print(f"  {name:<46} {cells[0]:>6.2f} ms {cells[1]:>6.2f} ms")
+    print(f"kube-apiserver requests per pod bound, by verb and resource: {'':<8} plain  extender")
+    keys = sorted({*requests.get("plain", {}), *requests.get("extender", {})})
+    for key in keys:
+        cells = [
+            requests.get(label, Counter())[key] / p.bound if p.bound else 0.0
+            for label, p in (("plain", plain), ("extender", extender))
+        ]
+        if max(cells) >= 0.05:
+            print(f"  {key:<56} {cells[0]:>5.2f} {cells[1]:>9.2f}")
     if closed:
         # Each connection closed is a TLS handshake again for kube-scheduler or the API server.
         print(
