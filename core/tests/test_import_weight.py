@@ -33,3 +33,12 @@ def test_the_first_batch_search_does() -> None:
         "Placer(ledger, 'fgd-cpu').select(pod)\n"
     )
     assert loaded_by(code, ["numpy"]) == ["numpy"]
+
+
+def test_the_scheduler_imports_them_ahead_of_its_first_decision() -> None:
+    # scheduler/preload.py: imported at start, in a thread, not on the first /filter.
+    code = (
+        "from xpushare.scheduler.preload import import_decision_modules\n"
+        "import_decision_modules()\n"
+    )
+    assert loaded_by(code, ["numpy"]) == ["numpy"]

@@ -6,6 +6,7 @@ nodes' came later; the answer was a list of dicts; every arm made a timer."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from itertools import pairwise
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ from xpushare.scheduler.config import load_config
 from xpushare.scheduler.connections import Deadline
 from xpushare.scheduler.extender import MAX_EXTENDER_SCORE, from_lowest, score_list
 from xpushare.scheduler.kube import Kube, KubeSettings
+from xpushare.scheduler.preload import DECISION_MODULES
 from xpushare.testing.apiserver import FakeApiServer, node
 
 
@@ -147,3 +149,11 @@ async def test_a_stopped_deadline_leaves_no_timer_behind() -> None:
     assert timer.cancelled() and deadline._timer is None
     await asyncio.sleep(0.05)
     assert fired == []
+
+
+async def test_a_scheduler_imports_its_decision_modules_at_start(api, scheduler_factory) -> None:
+    # The first /filter no longer imports numpy on the loop (scheduler/preload.py).
+    sched = await scheduler_factory()
+    tasks = {task.get_name(): task for task in sched.scheduler._tasks}
+    await asyncio.wait_for(tasks["preload"], 30)
+    assert {"numpy", *DECISION_MODULES} <= set(sys.modules)

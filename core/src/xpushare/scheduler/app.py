@@ -67,6 +67,7 @@ from xpushare.scheduler.metrics import (
     namespace_rows,
     quota_rows,
 )
+from xpushare.scheduler.preload import preload
 from xpushare.scheduler.versions import ListSnapshot
 from xpushare.scheduler.web import WebView
 from xpushare.scheduler.webhook import BadReview, Webhook
@@ -637,6 +638,7 @@ class Scheduler:
                 asyncio.create_task(informer.run(), name=f"watch-{informer.resource}")
             )
         self._tasks.append(asyncio.create_task(watch_lag(self.metrics.loop_lag), name="loop-lag"))
+        self._tasks.append(asyncio.create_task(preload(), name="preload"))
         if self.worker:
             return  # it writes nothing: no events, no Lease, no repairs
         self.events.start()

@@ -199,6 +199,10 @@ class HandoffReleaser:
     #: writes the handoff, then the Binding): beyond it the handoff is left to expire.
     BIND_WAIT_S = 30.0
 
+    #: Seconds the end waits for handoffs seen and not released yet (watch events and a
+    #: patch are milliseconds; a handoff whose pod is never bound costs the end this much).
+    DRAIN_S = 2.0
+
     def __init__(self, core: Any, nodes: set[str] | None = None, workers: int = 4) -> None:
         import threading
         from concurrent.futures import ThreadPoolExecutor
@@ -215,6 +219,8 @@ class HandoffReleaser:
         self._done: set[str] = set()
         #: Where each pod seen bound is: (namespace, name, uid) -> node.
         self._bound: dict[tuple[str, str, str], str] = {}
+        #: Releases submitted and not finished.
+        self._releasing = 0
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="handoff-release")
         self._threads = [
             threading.Thread(target=self._follow, args=(kind,), name=f"handoff-{kind}", daemon=True)
@@ -227,10 +233,18 @@ class HandoffReleaser:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # A handoff seen but not released yet (its pod's bind event, or its patch, still on
+        # the way) is given DRAIN_S: a test that saw its last pod bound expects it served.
+        deadline = time.monotonic() + self.DRAIN_S
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._waiting and not self._releasing:
+                    break
+            time.sleep(0.02)
         self._stop.set()
         for thread in self._threads:
             thread.join(STOP_WAIT_S)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True)  # the releases queued still run: one patch each
 
     def _follow(self, kind: str) -> None:
         """Watch *kind* (resumed every WATCH_S; from scratch after 410 Gone), raw."""
@@ -280,6 +294,7 @@ class HandoffReleaser:
                 self._waiting[pod] = (name, raw, time.monotonic())
                 return
             self._done.add(raw)
+            self._releasing += 1
         self._pool.submit(self._release, name, raw, pod[1])
 
     def _pod_seen(self, pod: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -293,6 +308,7 @@ class HandoffReleaser:
             if waiting is None or waiting[0] != node or waiting[1] in self._done:
                 return
             self._done.add(waiting[1])
+            self._releasing += 1
         self._pool.submit(self._release, node, waiting[1], key[1])
 
     def _bound_node(self, pod: tuple[str, str, str]) -> str | None:
@@ -307,6 +323,13 @@ class HandoffReleaser:
             del self._waiting[pod]  # never bound: the scheduler repairs it
 
     def _release(self, name: str, raw: str, pod: str) -> None:
+        try:
+            self._patch(name, raw, pod)
+        finally:
+            with self._lock:
+                self._releasing -= 1
+
+    def _patch(self, name: str, raw: str, pod: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
         from xpushare.codec import HANDOFF_KEY
@@ -314,7 +337,9 @@ class HandoffReleaser:
         path = "/metadata/annotations/" + HANDOFF_KEY.replace("~", "~0").replace("/", "~1")
         test = {"op": "test", "path": path, "value": raw}
         deadline = time.monotonic() + self.BIND_WAIT_S
-        while not self._stop.is_set() and time.monotonic() < deadline:
+        # Tried once even when stopping (a release queued at the end still runs); tried
+        # again after a failed connection only until then.
+        while True:
             try:
                 self.core.patch_node(
                     name, [test, {"op": "remove", "path": path}], _preload_content=False
@@ -322,6 +347,8 @@ class HandoffReleaser:
             except ApiException:
                 return  # already replaced (the test failed): not ours to release
             except Exception:  # the API server restarting: try again
+                if self._stop.is_set() or time.monotonic() >= deadline:
+                    return
                 self._stop.wait(0.1)
                 continue
             self.served.append((name, pod))
