@@ -17,15 +17,18 @@ Both phases create the same pods, HAMi's (``nvidia.com/gpu: 1``, ``nvidia.com/gp
 extended resources a pod names, so a plain pod asking fewer would flatter the baseline.
 
 Each phase creates its pods from a few threads and times from the first create to the last
-pod bound (watched). Node objects only, no kubelet. Our scheduler's CPU (user+system) and
-RSS are read from /proc around the extender phase, and every process's CPU around each
-phase: on shared cores the rates follow the whole path's CPU per pod, so the table says
-where it goes (the stand-in agents and the load generator read raw JSON to stay out of
-it). ``--profile`` samples our scheduler with py-spy; ``--profile-kube-scheduler`` and
-``--profile-apiserver`` take Go CPU profiles of those. Prints figures; asserts nothing.
+pod bound (watched). ``--rounds N`` runs the two phases N times, alternating, and reports each
+round's ratio and their median: on shared cores the same phase costs a third more CPU in one
+minute than in the next, so one pair of phases can say more of the machine than of the path.
+Node objects only, no kubelet. Our scheduler's CPU (user+system) and RSS are read from /proc
+around the extender phases, and every process's CPU around each phase: on shared cores the
+rates follow the whole path's CPU per pod, so the table says where it goes (the stand-in
+agents and the load generator read raw JSON to stay out of it). ``--profile`` samples our
+scheduler with py-spy; ``--profile-kube-scheduler`` and ``--profile-apiserver`` take Go CPU
+profiles of those. Prints figures; asserts nothing.
 
     scripts/kube-binaries                     # once
-    uv run python benchmarks/bench_realcluster.py --nodes 1000 --pods 1000
+    uv run python benchmarks/bench_realcluster.py --nodes 1000 --pods 600 --rounds 3
     uv run python benchmarks/bench_realcluster.py --nodes 5000 --pods 2000 --vendor mock
     uv run python benchmarks/bench_realcluster.py --qps 1000 --profile /tmp/ours.txt  # py-spy
     uv run python benchmarks/bench_realcluster.py --profile-kube-scheduler /tmp/ks.pprof
@@ -336,12 +339,113 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+@dataclass
+class Measured:
+    """One phase of one round: its pods, and what every process spent on them."""
+
+    which: str
+    phase: Phase
+    #: CPU seconds per process during the phase.
+    cpu: dict[str, float]
+    #: kube-apiserver's requests during the phase, by verb and resource.
+    requests: Counter[str]
+    #: Our scheduler's CPU seconds during the phase (with its workers; 0 in a plain one).
+    ours: float = 0.0
+
+    def per_pod_ms(self, seconds: float) -> float:
+        return 1000 * seconds / self.phase.bound if self.phase.bound else 0.0
+
+
+@dataclass
+class Probes:
+    """What the first extender phase samples: py-spy of ours, Go profiles of theirs."""
+
+    profile: str | None
+    kube_scheduler: tuple[str, str] | None  # (pprof base URL, file)
+    apiserver: str | None
+
+
+def run_plain(
+    installed: Installed, plane: ControlPlane, namespace: str, pods: int, limits: dict[str, str]
+) -> Measured:
+    cpu_before, requests_before = cpu_by_process(plane), api_requests(plane)
+    result = phase(installed, namespace, pods, limits, PLAIN)
+    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_process(plane).items()}
+    return Measured("plain", result, cpu, api_requests(plane) - requests_before)
+
+
+def run_extender(
+    installed: Installed,
+    plane: ControlPlane,
+    namespace: str,
+    pods: int,
+    limits: dict[str, str],
+    probes: Probes | None,
+) -> Measured:
+    pid = plane.component("xpushare-scheduler").process.pid
+    requests_before = api_requests(plane)
+    sampler = None
+    go_profiles = []
+    if probes is not None and probes.profile:
+        sampler = subprocess.Popen(
+            [
+                *("py-spy", "record", "--pid", str(pid), "--format", "raw"),
+                *("--output", probes.profile, "--rate", "200", "--nonblocking"),
+            ]
+        )
+        time.sleep(1)  # attached before the first pod
+    # Read after the timers and the metrics: each read makes our scheduler render /metrics,
+    # CPU that is not the phase's.
+    ours_before, cpu_before = cpu_seconds(pid), cpu_by_process(plane)
+    if probes is not None and probes.kube_scheduler:
+        go_profiles.append(GoProfile(*probes.kube_scheduler, GO_PROFILE_S))
+    if probes is not None and probes.apiserver:
+        go_profiles.append(GoProfile(plane.url, probes.apiserver, GO_PROFILE_S, plane.admin_cert))
+    with HandoffReleaser(installed.core):
+        result = phase(installed, namespace, pods, limits, None)
+    ours = cpu_seconds(pid) - ours_before
+    for go_profile in go_profiles:
+        go_profile.wait()
+    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_process(plane).items()}
+    if sampler is not None:
+        sampler.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+        sampler.wait(60)
+    return Measured("extender", result, cpu, api_requests(plane) - requests_before, ours)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if not ordered:
+        return 0.0
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def print_row(round_: int, m: Measured, ratio: float | None) -> None:
+    p = m.phase
+    total = m.per_pod_ms(sum(m.cpu.values()))
+    tail = f" {ratio:>6.2f}" if ratio is not None else ""
+    print(
+        f"{round_:>5} {m.which:<9} {p.bound:>6} {p.rate:>7.1f} {p.created_s:>8.1f} s "
+        f"{p.nodes:>6} {p.most:>5} {total:>9.1f} ms{tail}",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=1000, help="pods per phase")
     parser.add_argument("--vendor", choices=sorted(RESOURCES), default="nvidia")
     parser.add_argument("--order", choices=("plain-first", "extender-first"), default="plain-first")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run both phases this many times, alternating, each in namespaces of its own, and "
+        "report every round's ratio and their median: shared cores change speed by a third "
+        "from one minute to the next, and the rounds see the same machine in turn",
+    )
     parser.add_argument(
         "--qps",
         type=int,
@@ -364,13 +468,14 @@ def main() -> None:
         "--profile",
         metavar="FILE",
         help="sample our scheduler with py-spy (installed separately: pip install py-spy) "
-        "during the extender phase and write its collapsed stacks to FILE",
+        "during the first extender phase and write its collapsed stacks to FILE",
     )
     parser.add_argument(
         "--profile-kube-scheduler",
         metavar="FILE",
         help=f"take a Go CPU profile of the chart's kube-scheduler over the first {GO_PROFILE_S} s "
-        "of the extender phase and write it to FILE (read it with `go tool pprof -top FILE`)",
+        "of the first extender phase and write it to FILE (read it with "
+        "`go tool pprof -top FILE`)",
     )
     parser.add_argument(
         "--profile-apiserver",
@@ -378,6 +483,14 @@ def main() -> None:
         help="the same of kube-apiserver",
     )
     args = parser.parse_args()
+    if args.rounds < 1 or args.pods < 1 or args.nodes < 1:
+        parser.error("--rounds, --pods and --nodes must be at least 1")
+    # Each node takes GPUS_PER_NODE x SHARES of these pods; leave a node's worth spare.
+    if 2 * args.rounds * args.pods > (args.nodes - 1) * GPUS_PER_NODE * SHARES:
+        parser.error(
+            f"{args.rounds} rounds of {args.pods} pods a phase do not fit on {args.nodes} nodes "
+            f"of {GPUS_PER_NODE * SHARES} slots: fewer pods or rounds, or more nodes"
+        )
 
     with (
         tempfile.TemporaryDirectory(prefix="bench-realcluster-") as work,
@@ -407,6 +520,12 @@ def main() -> None:
         print(
             f"{args.nodes} nodes made in {made:.1f} s (control plane up in {plane.started_s:.1f} s)"
         )
+        print(
+            f"vendor {args.vendor}, {args.nodes} nodes x {GPUS_PER_NODE} GPUs, {args.pods} pods "
+            f"per phase, {args.rounds} round(s), order {args.order}, kube-scheduler client qps "
+            f"{args.qps or 'default (50)'}, filter workers {args.filter_workers}, settings "
+            f"{args.set or 'none'}"
+        )
         time.sleep(2)  # both schedulers' caches hold every node
 
         count_name, memory_name = RESOURCES[args.vendor]
@@ -415,124 +534,113 @@ def main() -> None:
         # with a regular expression, 22 % of its CPU in a profile of 2026-12-06).
         limits = {count_name: "1", memory_name: "8000"}
         pid = installed.plane.component("xpushare-scheduler").process.pid
-        results: dict[str, Phase] = {}
         order = ["plain", "extender"]
         if args.order == "extender-first":
             order.reverse()
-        cpu = rss_before = rss_after = 0.0
-        process_after: dict[str, float] = {}
-        #: kube-apiserver's requests in each phase, by verb and resource.
-        requests: dict[str, Counter[str]] = {}
-        failed: dict[str, int] = {}
-        closed: dict[str, int] = {}
-        spent: dict[str, tuple[float, float]] = {}
-        #: CPU seconds per process in each phase: on shared cores the phases' rates follow
-        #: the whole path's CPU per pod, not only ours.
-        by_process: dict[str, dict[str, float]] = {}
-        for which in order:
-            process_before = cpu_by_process(plane)
-            requests_before = api_requests(plane)
-            if which == "plain":
-                results[which] = phase(installed, "bench-plain", args.pods, limits, PLAIN)
-            else:
-                # The timers first: each read makes our scheduler render /metrics, CPU that is
-                # not the phase's.
-                timers_before = timers(installed)
-                rss_before, cpu_before = rss_mib(pid), cpu_seconds(pid)
-                sampler = None
-                if args.profile:
-                    sampler = subprocess.Popen(
-                        [
-                            *("py-spy", "record", "--pid", str(pid), "--format", "raw"),
-                            *("--output", args.profile, "--rate", "200", "--nonblocking"),
-                        ]
-                    )
-                    time.sleep(1)  # attached before the first pod
-                process_before = cpu_by_process(plane)  # after reading the timers
-                go_profiles = []
-                if args.profile_kube_scheduler:
-                    base = f"https://127.0.0.1:{pprof_port}"
-                    go_profiles.append(GoProfile(base, args.profile_kube_scheduler, GO_PROFILE_S))
-                if args.profile_apiserver:
-                    go_profiles.append(
-                        GoProfile(plane.url, args.profile_apiserver, GO_PROFILE_S, plane.admin_cert)
-                    )
-                with HandoffReleaser(installed.core):
-                    results[which] = phase(
-                        installed,
-                        "bench-extender",
-                        args.pods,
-                        limits,
-                        None,
-                    )
-                cpu = cpu_seconds(pid) - cpu_before
-                for go_profile in go_profiles:
-                    go_profile.wait()
-                process_after = cpu_by_process(plane)
-                rss_after = rss_mib(pid)
-                if sampler is not None:
-                    sampler.send_signal(signal.SIGINT)  # py-spy writes its file and exits
-                    sampler.wait(60)
-                spent = {
-                    key: (total - timers_before[key][0], n - timers_before[key][1])
-                    for key, (total, n) in timers(installed).items()
-                }
-                closed = {
-                    f"{labels['listener']} {labels['reason']}": int(value)
-                    for labels, value in installed.samples(
-                        "xpushare_scheduler_connections_closed_total"
-                    )
-                    if value
-                }
-                failed = {
-                    f"{labels['verb']} {labels['reason']}": int(value)
-                    for labels, value in installed.samples("xpushare_scheduler_failures_total")
-                    if value and labels.get("verb") == "bind"
-                }
-            if which == "plain":
-                process_after = cpu_by_process(plane)
-            requests[which] = api_requests(plane) - requests_before
-            by_process[which] = {
-                name: seconds - process_before.get(name, 0.0)
-                for name, seconds in process_after.items()
-            }
-
-    plain, extender = results["plain"], results["extender"]
-    print(
-        f"vendor {args.vendor}, {args.nodes} nodes x {GPUS_PER_NODE} GPUs, {args.pods} pods "
-        f"per phase, order {args.order}, kube-scheduler client qps {args.qps or 'default (50)'}, "
-        f"filter workers {args.filter_workers}, settings {args.set or 'none'}"
-    )
-    print(f"{'phase':<10} {'bound':>7} {'pods/s':>8} {'created in':>11} {'nodes':>7} {'most':>5}")
-    for label, p in (("plain", plain), ("extender", extender)):
-        print(
-            f"{label:<10} {p.bound:>7} {p.rate:>8.1f} {p.created_s:>9.1f} s {p.nodes:>7} "
-            f"{p.most:>5}"
+        probes: Probes | None = Probes(
+            args.profile,
+            (f"https://127.0.0.1:{pprof_port}", args.profile_kube_scheduler)
+            if args.profile_kube_scheduler
+            else None,
+            args.profile_apiserver,
         )
-    ratio = extender.rate / plain.rate if plain.rate else 0.0
-    print(f"extender / plain: {ratio:.2f} (target >= 0.75)")
-    per_pod_ms = 1000 * cpu / extender.bound if extender.bound else 0.0
+        timers_before = timers(installed)
+        rss_before = rss_mib(pid)
+        # "all": every process's CPU per pod in the phase, the machine's speed as much as
+        # the path's (the same plain phase costs a third more CPU in a slow minute).
+        print(
+            f"{'round':>5} {'phase':<9} {'bound':>6} {'pods/s':>7} {'created in':>10} "
+            f"{'nodes':>6} {'most':>5} {'all CPU/pod':>12} {'ratio':>6}",
+            flush=True,
+        )
+        rounds: list[dict[str, Measured]] = []
+        for round_ in range(1, args.rounds + 1):
+            measured: dict[str, Measured] = {}
+            for which in order:
+                namespace = f"bench-{which}-{round_}"
+                if which == "plain":
+                    measured[which] = run_plain(installed, plane, namespace, args.pods, limits)
+                else:
+                    measured[which] = run_extender(
+                        installed, plane, namespace, args.pods, limits, probes
+                    )
+                    probes = None  # profiles of the first extender phase only
+                ratio = None
+                if len(measured) == 2 and measured["plain"].phase.rate:
+                    ratio = measured["extender"].phase.rate / measured["plain"].phase.rate
+                print_row(round_, measured[which], ratio)
+            rounds.append(measured)
+        spent = {
+            key: (total - timers_before[key][0], n - timers_before[key][1])
+            for key, (total, n) in timers(installed).items()
+        }
+        rss_after = rss_mib(pid)
+        closed = {
+            f"{labels['listener']} {labels['reason']}": int(value)
+            for labels, value in installed.samples("xpushare_scheduler_connections_closed_total")
+            if value
+        }
+        failed = {
+            f"{labels['verb']} {labels['reason']}": int(value)
+            for labels, value in installed.samples("xpushare_scheduler_failures_total")
+            if value and labels.get("verb") == "bind"
+        }
+
+    report(rounds, spent, (rss_before, rss_after), closed, failed)
+
+
+def report(
+    rounds: list[dict[str, Measured]],
+    spent: dict[str, tuple[float, float]],
+    rss: tuple[float, float],
+    closed: dict[str, int],
+    failed: dict[str, int],
+) -> None:
+    """The rounds' ratios, then where the CPU went over all rounds together."""
+    ratios = [
+        r["extender"].phase.rate / r["plain"].phase.rate for r in rounds if r["plain"].phase.rate
+    ]
+    if len(ratios) == 1:
+        print(f"extender / plain: {ratios[0]:.2f} (target >= 0.75)")
+    else:
+        print(
+            f"extender / plain: median {median(ratios):.2f} of {len(ratios)} rounds "
+            f"(lowest {min(ratios):.2f}, highest {max(ratios):.2f}; target >= 0.75)"
+        )
+
+    def together(which: str) -> tuple[int, dict[str, float], Counter[str], float]:
+        pods, cpu, requests, ours = 0, Counter[str](), Counter[str](), 0.0
+        for r in rounds:
+            m = r[which]
+            pods += m.phase.bound
+            cpu.update(m.cpu)
+            requests.update(m.requests)
+            ours += m.ours
+        return pods, dict(cpu), requests, ours
+
+    plain_pods, plain_cpu, plain_requests, _ = together("plain")
+    ext_pods, ext_cpu, ext_requests, ours = together("extender")
+    per_pod_ms = 1000 * ours / ext_pods if ext_pods else 0.0
     print(
         f"xpushare scheduler (with its workers): {per_pod_ms:.2f} ms CPU per pod, "
-        f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB; server-side time of the extender phase:"
+        f"RSS {rss[0]:.0f} -> {rss[1]:.0f} MiB; server-side time over the extender phases:"
     )
     for key in sorted(spent):
         total, n = spent[key]
         if n:
             print(f"  {key:<28} {int(n):>6} calls {1000 * total / n:>8.2f} ms mean")
-    print(f"CPU per pod bound, by process: {'':<19} {'plain':>8} {'extender':>9}")
-    for name in by_process.get("extender", {}):
-        cells = []
-        for label, p in (("plain", plain), ("extender", extender)):
-            seconds = by_process.get(label, {}).get(name, 0.0)
-            cells.append(1000 * seconds / p.bound if p.bound else 0.0)
+    print(f"CPU per pod bound, by process, all rounds: {'':<7} {'plain':>8} {'extender':>9}")
+    for name in ext_cpu:
+        cells = [
+            1000 * cpu.get(name, 0.0) / pods if pods else 0.0
+            for cpu, pods in ((plain_cpu, plain_pods), (ext_cpu, ext_pods))
+        ]
         print(f"  {name:<46} {cells[0]:>6.2f} ms {cells[1]:>6.2f} ms")
     print(f"kube-apiserver requests per pod bound, by verb and resource: {'':<8} plain  extender")
-    keys = sorted({*requests.get("plain", {}), *requests.get("extender", {})})
-    for key in keys:
+    for key in sorted({*plain_requests, *ext_requests}):
         cells = [
-            requests.get(label, Counter())[key] / p.bound if p.bound else 0.0
-            for label, p in (("plain", plain), ("extender", extender))
+            requests[key] / pods if pods else 0.0
+            for requests, pods in ((plain_requests, plain_pods), (ext_requests, ext_pods))
         ]
         if max(cells) >= 0.05:
             print(f"  {key:<56} {cells[0]:>5.2f} {cells[1]:>9.2f}")
