@@ -67,6 +67,7 @@ from xpushare.testing.realcluster import (  # noqa: E402
     free_port,
     ready_node,
 )
+from xpushare.testing.realcluster.rawwatch import raw_watch  # noqa: E402
 
 #: Resource names per vendor: (count, memory) as pods write them.
 RESOURCES = {
@@ -153,37 +154,20 @@ class BoundCounter:
         self._thread.start()
 
     def _run(self) -> None:
-        # Raw JSON, as the stand-in agents read theirs: the client's model objects cost
-        # several ms of CPU a pod on the cores the measured components share.
-        import orjson
+        import functools
 
-        version = ""
-        while not self.done.is_set():
-            options: dict[str, Any] = {"watch": True, "timeout_seconds": 5}
-            if version:
-                options["resource_version"] = version
-            try:
-                response = self.installed.core.list_namespaced_pod(
-                    self.namespace, _preload_content=False, **options
-                )
-                try:
-                    for line in response:
-                        obj = orjson.loads(line).get("object") or {}
-                        meta = obj.get("metadata") or {}
-                        version = meta.get("resourceVersion") or version
-                        node = (obj.get("spec") or {}).get("nodeName")
-                        name = meta.get("name")
-                        if node and name and name not in self.bound:
-                            self.bound.add(name)
-                            self.nodes[node] += 1
-                            self.last = time.monotonic()
-                            if len(self.bound) >= self.wanted:
-                                self.done.set()
-                                return
-                finally:
-                    response.close()  # a stream left early: its connection is not reused
-            except Exception:
-                time.sleep(0.1)
+        lister = functools.partial(self.installed.core.list_namespaced_pod, self.namespace)
+        raw_watch(lister, self._seen, self.done, timeout_s=5)
+
+    def _seen(self, kind: str, obj: dict[str, Any], meta: dict[str, Any]) -> None:
+        node = (obj.get("spec") or {}).get("nodeName")
+        name = meta.get("name")
+        if node and name and name not in self.bound:
+            self.bound.add(name)
+            self.nodes[node] += 1
+            self.last = time.monotonic()
+            if len(self.bound) >= self.wanted:
+                self.done.set()
 
 
 @dataclass

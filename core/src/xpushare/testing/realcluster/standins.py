@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.testing.realcluster.processes import STOP_WAIT_S, free_port
+from xpushare.testing.realcluster.rawwatch import raw_watch
 
 
 class _TcpProxy:
@@ -185,11 +186,12 @@ class HandoffReleaser:
     never taken away) once the pod it names is bound to the node, as an agent does after
     kubelet's Allocate. ``served`` lists the (node, pod) pairs it released.
 
-    It follows two watches, of the nodes (of *nodes* only, when given) and of the pods, read
-    as raw JSON: in the benchmark (benchmarks/bench_realcluster.py) this stand-in shares the
-    cores with the control plane and our scheduler, and an earlier one, which let the
-    Kubernetes client build model objects of every event and polled each pod every 10 ms,
-    spent some 40 ms of CPU a pod there, more than any real component (2026-12-06).
+    It follows two watches (:func:`~xpushare.testing.realcluster.rawwatch.raw_watch`), of the
+    nodes (of *nodes* only, when given) and of the bound pods, read as raw JSON: in the
+    benchmark (benchmarks/bench_realcluster.py) this stand-in shares the cores with the
+    control plane and our scheduler, and an earlier one, which let the Kubernetes client
+    build model objects of every event and polled each pod every 10 ms, spent some 40 ms of
+    CPU a pod there, more than any real component (2026-12-06).
     """
 
     #: Seconds a watch stream lasts before it is resumed: the bound of stopping.
@@ -247,34 +249,26 @@ class HandoffReleaser:
         self._pool.shutdown(wait=True)  # the releases queued still run: one patch each
 
     def _follow(self, kind: str) -> None:
-        """Watch *kind* (resumed every WATCH_S; from scratch after 410 Gone), raw."""
-        import orjson
+        if kind == "nodes":
+            raw_watch(self.core.list_node, self._node_event, self._stop, timeout_s=self.WATCH_S)
+        else:
+            # Bound pods only: a pod enters this selection (ADDED) when its Binding lands,
+            # which is all a node agent waits for; the creates are half the pod events.
+            raw_watch(
+                self.core.list_pod_for_all_namespaces,
+                self._pod_event,
+                self._stop,
+                timeout_s=self.WATCH_S,
+                field_selector="spec.nodeName!=",
+            )
 
-        lister = self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces
-        seen = self._node_seen if kind == "nodes" else self._pod_seen
-        version = ""
-        while not self._stop.is_set():
-            options: dict[str, Any] = {"watch": True, "timeout_seconds": self.WATCH_S}
-            if version:
-                options["resource_version"] = version
-            try:
-                response = lister(_preload_content=False, **options)
-                try:
-                    for line in response:
-                        event = orjson.loads(line)
-                        obj = event.get("object") or {}
-                        if event.get("type") == "ERROR":
-                            if obj.get("code") == 410:
-                                version = ""  # compacted: start again from the current ones
-                            break
-                        meta = obj.get("metadata") or {}
-                        version = meta.get("resourceVersion") or version
-                        if event.get("type") != "DELETED":
-                            seen(obj, meta)
-                finally:
-                    response.close()  # a stream left early: its connection is not reused
-            except Exception:  # the API server restarting: try again
-                self._stop.wait(0.1)
+    def _node_event(self, kind: str, node: dict[str, Any], meta: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            self._node_seen(node, meta)
+
+    def _pod_event(self, kind: str, pod: dict[str, Any], meta: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            self._pod_seen(pod, meta)
 
     def _node_seen(self, node: dict[str, Any], meta: dict[str, Any]) -> None:
         from xpushare.codec import HANDOFF_KEY, decode_handoff
