@@ -293,8 +293,13 @@ class GoProfile:
 
 
 def api_requests(plane: ControlPlane) -> Counter[str]:
-    """kube-apiserver's requests so far by verb and resource (``apiserver_request_total``),
-    read with a regular expression: its /metrics is megabytes, too slow for the parser."""
+    """kube-apiserver's counts so far: requests by verb and resource
+    (``apiserver_request_total``), and the watch events it sent and their bytes by resource
+    (``apiserver_watch_events_total``, ``apiserver_watch_events_sizes_sum``; keys
+    ``watch events RESOURCE`` and ``watch bytes RESOURCE``): every watcher of a resource gets
+    each of its changes, so a write to an object many components watch costs more than its
+    request.
+    Read with a regular expression: its /metrics is megabytes, too slow for the parser."""
     import re
     import ssl
     import urllib.request
@@ -305,13 +310,22 @@ def api_requests(plane: ControlPlane) -> Counter[str]:
     with urllib.request.urlopen(f"{plane.url}/metrics", context=context) as answer:
         text = answer.read().decode()
     found: Counter[str] = Counter()
+    families = {
+        "apiserver_request_total{": "",
+        "apiserver_watch_events_total{": "watch events",
+        "apiserver_watch_events_sizes_sum{": "watch bytes",
+    }
     for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
+        prefix = next((p for p in families if line.startswith(p)), None)
+        if prefix is None:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-        key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
-        if labels.get("subresource"):
-            key += f"/{labels['subresource']}"
+        if families[prefix]:
+            key = f"{families[prefix]} {labels.get('resource', '?')}"
+        else:
+            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+            if labels.get("subresource"):
+                key += f"/{labels['subresource']}"
         found[key] += int(float(line.rsplit(" ", 1)[1]))
     return found
 
@@ -621,13 +635,24 @@ def report(
         ]
         print(f"  {name:<46} {cells[0]:>6.2f} ms {cells[1]:>6.2f} ms")
     print(f"kube-apiserver requests per pod bound, by verb and resource: {'':<8} plain  extender")
-    for key in sorted({*plain_requests, *ext_requests}):
+    keys = sorted({*plain_requests, *ext_requests})
+    for key in (k for k in keys if not k.startswith("watch ")):
         cells = [
             requests[key] / pods if pods else 0.0
             for requests, pods in ((plain_requests, plain_pods), (ext_requests, ext_pods))
         ]
         if max(cells) >= 0.05:
             print(f"  {key:<56} {cells[0]:>5.2f} {cells[1]:>9.2f}")
+    print("kube-apiserver watch events sent per pod bound, by resource (KiB):   plain  extender")
+    for key in (k for k in keys if k.startswith("watch events ")):
+        resource = key.removeprefix("watch events ")
+        cells = []
+        for requests, pods in ((plain_requests, plain_pods), (ext_requests, ext_pods)):
+            events = requests[key] / pods if pods else 0.0
+            kib = requests[f"watch bytes {resource}"] / 1024 / pods if pods else 0.0
+            cells.append(f"{events:.1f} ({kib:.1f})")
+        if any(not c.startswith("0.0 ") for c in cells):
+            print(f"  {resource:<48} {cells[0]:>13} {cells[1]:>13}")
     if closed:
         # Each connection closed is a TLS handshake again for kube-scheduler or the API server.
         print(
