@@ -156,6 +156,55 @@ def test_kubelet_restart_wipes_our_slices_and_the_agent_publishes_them_again(
     print(f"\nkubelet restarted; our ResourceSlices wiped and back {took:.1f} s after its stop")
 
 
+def test_kubelet_shows_our_device_health_in_the_pods_status(
+    dra_node: DraNode, fake_nvidia: FakeNvidia
+) -> None:
+    """kubelet 1.36 opens our driver's health stream (DRAResourceHealth, on by default) and
+    shows each prepared device's health in the container's status; a GPU that falls off the
+    bus turns Unhealthy there, with our reason. Last in the module: its GPUs stay unhealthy."""
+    installed = dra_node.installed
+    dra_node.agent.wait(lambda _: driver_registered(dra_node), "DRA driver registered with kubelet")
+    assert eventually(lambda: _devices(dra_node) == 2, KUBELET_WAIT_S), dra_node.slices()
+    installed.plane.apply([claim_template("kubelet-health")])
+    installed.core.create_namespaced_pod(PODS_NAMESPACE, claim_pod("dra-health", "kubelet-health"))
+
+    def health(pod: dict[str, Any]) -> list[str]:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        return [
+            resource.get("health", "")
+            for status in statuses
+            for entry in status.get("allocatedResourcesStatus") or []
+            if entry.get("name", "").startswith("claim:gpu")
+            for resource in entry.get("resources") or []
+        ]
+
+    pod = wait_pod(
+        installed,
+        "dra-health",
+        lambda p: health(p) == ["Healthy"],
+        "its device shown Healthy",
+        deadline=time.monotonic() + KUBELET_WAIT_S,
+    )
+    (entry,) = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    (resource,) = entry["resources"]
+    # kubelet names the device by the CDI name our NodePrepareResources gave it.
+    assert resource["resourceID"].startswith(f"{cdi_kind('nvidia')}="), resource
+
+    for gpu in (0, 1):
+        fake_nvidia.fake.push_xid(gpu, 79)  # fallen off the bus: whichever the claim holds
+    pod = wait_pod(
+        installed,
+        "dra-health",
+        lambda p: health(p) == ["Unhealthy"],
+        "its device shown Unhealthy",
+        deadline=time.monotonic() + KUBELET_WAIT_S,
+    )
+    (entry,) = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    print(f"\nkubelet's status of the claim's device: {entry}")
+    agent = dra_node.agent.agent
+    assert agent is not None and agent.dra_plugins["nvidia"].health.streams >= 1
+
+
 def _devices(node: DraNode) -> int:
     return sum(len(s["spec"].get("devices") or []) for s in node.slices())
 

@@ -244,3 +244,98 @@ async def test_a_prepare_cut_short_is_released_before_it_is_prepared_again(rig):
     assert len(rig.keeper.releases) == 1
     assert [r.container for r in rig.keeper.allocations] == ["a", "a", "b"]
     assert rig.keeper.left() == [f"{uid}/a", f"{uid}/b"]
+
+
+async def _health_stream(rig):
+    import grpc
+
+    from xpushare.node.dra.health import health, health_grpc
+
+    channel = grpc.aio.insecure_channel(f"unix://{rig.server.dra_socket}")
+    stub = health_grpc.DRAResourceHealthStub(channel)
+    return channel, stub.NodeWatchResources(health.NodeWatchResourcesRequest())
+
+
+async def test_the_health_stream_reports_every_device_then_each_change(rig):
+    from xpushare.models import HealthEvent
+    from xpushare.node.dra.health import HEALTH_TIMEOUT_S, health
+
+    channel, stream = await _health_stream(rig)
+    try:
+        first = await asyncio.wait_for(stream.read(), 5)
+        names = {device_name(d.id) for d in rig.devices.view.devices}
+        assert {d.device.device_name for d in first.devices} == names
+        assert {d.device.pool_name for d in first.devices} == {NODE}  # the pool our slices use
+        assert {d.health for d in first.devices} == {health.HEALTHY}
+        assert {d.health_check_timeout_seconds for d in first.devices} == {HEALTH_TIMEOUT_S}
+        assert rig.server.health.streams == 1
+
+        rig.devices.apply_health([HealthEvent(device_id="KEEP-3", healthy=False, reason="xid 79")])
+        second = await asyncio.wait_for(stream.read(), 5)
+        by_name = {d.device.device_name: d for d in second.devices}
+        assert by_name[device_name("KEEP-3")].health == health.UNHEALTHY
+        assert by_name[device_name("KEEP-3")].message == "xid 79"
+        assert by_name[device_name("KEEP-0")].health == health.HEALTHY
+        assert by_name[device_name("KEEP-0")].message == ""
+    finally:
+        stream.cancel()
+        await channel.close()
+
+
+async def test_the_health_stream_repeats_its_report_before_kubelet_would_call_it_unknown(
+    rig, monkeypatch
+):
+    from xpushare.node.dra import health as module
+
+    # kubelet calls a device Unknown when no report came within its timeout: the report is
+    # sent again well within it while nothing changes.
+    assert module.RESEND_S * 2 < module.HEALTH_TIMEOUT_S
+    monkeypatch.setattr(module, "RESEND_S", 0.05)
+    channel, stream = await _health_stream(rig)
+    try:
+        first = await asyncio.wait_for(stream.read(), 5)
+        again = await asyncio.wait_for(stream.read(), 5)
+        assert [(d.device, d.health) for d in again.devices] == [
+            (d.device, d.health) for d in first.devices
+        ]
+    finally:
+        stream.cancel()
+        await channel.close()
+    # A stream kubelet closed is forgotten.
+    for _ in range(100):
+        if rig.server.health.streams == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert rig.server.health.streams == 0
+
+
+def test_a_report_names_the_devices_as_our_slices_do_and_cuts_long_reasons():
+    from xpushare.models import Device
+    from xpushare.node.devices import DeviceView
+    from xpushare.node.dra.health import MAX_MESSAGE, health, report
+    from xpushare.node.dra.slices import pool_devices
+
+    devices = tuple(
+        Device(
+            vendor="keeper",
+            id=f"GPU-{i}/mig 1g",
+            index=i,
+            model="Keep K1",
+            memory_mib=1024,
+            healthy=i != 1,
+        )
+        for i in range(2)
+    )
+    view = DeviceView(
+        version=1,
+        state="ok",
+        message="",
+        devices=devices,
+        kubelet_devices=(),
+        unhealthy_reasons={"GPU-1/mig 1g": "x" * 5000},
+    )
+    answer = report(view, "node-a", now=1_700_000_000)
+    assert [d.device.device_name for d in answer.devices] == [e["name"] for e in pool_devices(view)]
+    assert [d.health for d in answer.devices] == [health.HEALTHY, health.UNHEALTHY]
+    assert len(answer.devices[1].message) == MAX_MESSAGE
+    assert {d.last_updated_time for d in answer.devices} == {1_700_000_000}

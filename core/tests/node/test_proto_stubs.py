@@ -11,6 +11,7 @@ GENERATED = tuple(
         "deviceplugin_v1beta1",
         "podresources_v1",
         "dra_v1",
+        "drahealth_v1alpha1",
         "pluginregistration_v1",
     )
     for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
@@ -59,3 +60,27 @@ def test_pod_resources_wire_names_are_kubelets():
     assert fields == {"name": 1, "namespace": 2, "containers": 3}
     fields = {f.name: f.number for f in pr.ContainerDevices.DESCRIPTOR.fields}
     assert fields == {"resource_name": 1, "device_ids": 2}
+
+
+def test_dra_health_wire_names_are_kubelets():
+    from xpushare.node.dra.health import health
+
+    service = health.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+    assert health.DESCRIPTOR.package == "v1alpha1"
+    methods = [m.full_name for m in service.methods]
+    assert methods == ["v1alpha1.DRAResourceHealth.NodeWatchResources"]
+    fields = {f.name: f.number for f in health.DeviceHealth.DESCRIPTOR.fields}
+    assert fields == {
+        "device": 1,
+        "health": 2,
+        "last_updated_time": 3,
+        "health_check_timeout_seconds": 4,
+        "message": 5,
+    }
+    fields = {f.name: f.number for f in health.DeviceIdentifier.DESCRIPTOR.fields}
+    assert fields == {"pool_name": 1, "device_name": 2}
+    assert [(v.name, v.number) for v in health.HealthStatus.DESCRIPTOR.values] == [
+        ("UNKNOWN", 0),
+        ("HEALTHY", 1),
+        ("UNHEALTHY", 2),
+    ]

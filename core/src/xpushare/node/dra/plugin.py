@@ -1,8 +1,11 @@
-"""One vendor's kubelet DRA plugin: the DRAPlugin service and its registration, over gRPC.
+"""One vendor's kubelet DRA plugin: the DRAPlugin service, its device health stream and its
+registration, over gRPC.
 
 Two unix sockets (research/k8s-apis.md §6.2-6.3):
 
-* ``<plugins dir>/<driver>/dra.sock`` serves ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``;
+* ``<plugins dir>/<driver>/dra.sock`` serves ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` and
+  ``v1alpha1.DRAResourceHealth`` (node/dra/health.py), which kubelet 1.36 asks for on the
+  same connection once the driver is registered;
 * ``<plugins_registry>/<driver>-reg.sock`` serves ``pluginregistration.Registration``: kubelet's
   plugin watcher sees the socket appear, asks ``GetInfo`` (type ``DRAPlugin``, our driver
   name, the DRA socket, ``v1.DRAPlugin``), dials the DRA socket and reports the outcome
@@ -32,6 +35,7 @@ from xpushare.node._proto import dra_v1_pb2_grpc as _dra_grpc
 from xpushare.node._proto import pluginregistration_v1_pb2 as _reg
 from xpushare.node._proto import pluginregistration_v1_pb2_grpc as _reg_grpc
 from xpushare.node.deviceplugin.generation import MAX_SOCKET_PATH, RETIRE_GRACE_S
+from xpushare.node.dra.health import DraHealthService, health_grpc
 from xpushare.node.dra.prepare import ClaimRef, PrepareError
 from xpushare.node.grpcerrors import status_message
 
@@ -153,6 +157,8 @@ class DraPluginServer:
         self.registrations = 0
         self.last_error = ""
         self._changed = asyncio.Event()
+        #: The device health stream, pool named after the node as our ResourceSlices are.
+        self.health = DraHealthService(preparer.devices, preparer.node)
 
     def notified(self, registered: bool, error: str) -> None:
         self.registered = registered
@@ -193,6 +199,7 @@ class DraPluginServer:
 
     def _add_dra(self, server: Any) -> None:
         dra_grpc.add_DRAPluginServicer_to_server(DraService(self.preparer), server)
+        health_grpc.add_DRAResourceHealthServicer_to_server(self.health, server)
 
     def _add_registration(self, server: Any) -> None:
         reg_grpc.add_RegistrationServicer_to_server(RegistrationService(self), server)

@@ -142,6 +142,11 @@ class ClaimPreparer:
         # claim prepared twice at once would race on its checkpoint.
         self._lock = asyncio.Lock()
 
+    @property
+    def devices(self) -> VendorDevices:
+        """The vendor's live devices (their health is what the DRA health stream reports)."""
+        return self._devices
+
     # -- prepare -----------------------------------------------------------------------------
 
     async def prepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
