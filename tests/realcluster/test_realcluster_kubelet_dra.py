@@ -178,13 +178,16 @@ def test_kubelet_shows_our_device_health_in_the_pods_status(
             for resource in entry.get("resources") or []
         ]
 
-    pod = wait_pod(
-        installed,
-        "dra-health",
-        lambda p: health(p) == ["Healthy"],
-        "its device shown Healthy",
-        deadline=time.monotonic() + KUBELET_WAIT_S,
-    )
+    def shown(state: str) -> dict[str, Any]:
+        return wait_pod(
+            installed,
+            "dra-health",
+            lambda p: health(p) == [state],
+            f"its device shown {state}",
+            deadline=time.monotonic() + KUBELET_WAIT_S,
+        )
+
+    pod = shown("Healthy")
     (entry,) = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
     (resource,) = entry["resources"]
     # kubelet names the device by the CDI name our NodePrepareResources gave it.
@@ -192,13 +195,7 @@ def test_kubelet_shows_our_device_health_in_the_pods_status(
 
     for gpu in (0, 1):
         fake_nvidia.fake.push_xid(gpu, 79)  # fallen off the bus: whichever the claim holds
-    pod = wait_pod(
-        installed,
-        "dra-health",
-        lambda p: health(p) == ["Unhealthy"],
-        "its device shown Unhealthy",
-        deadline=time.monotonic() + KUBELET_WAIT_S,
-    )
+    pod = shown("Unhealthy")
     (entry,) = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
     print(f"\nkubelet's status of the claim's device: {entry}")
     agent = dra_node.agent.agent
