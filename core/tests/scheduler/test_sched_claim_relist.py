@@ -154,3 +154,19 @@ def test_a_list_without_a_snapshot_holds_exactly_its_claims() -> None:
     assert ledger.entry(claims.key(first["metadata"]["uid"])) is None
     assert ledger.entry(claims.key(second["metadata"]["uid"])) is not None
     assert claims.synced is False and claims.claims_synced is True
+
+
+def test_advance_orders_views_by_version_and_remembers_deletions() -> None:
+    """The rule both books order their views by (versions.advance)."""
+    from xpushare.scheduler.versions import Tombstones, advance
+
+    held: dict[str, int] = {}
+    tombstones = Tombstones(4)
+    assert advance(held, tombstones, "a", 5) and held == {"a": 5}
+    assert not advance(held, tombstones, "a", 5)  # the same view again
+    assert not advance(held, tombstones, "a", 4)  # an older one
+    assert advance(held, tombstones, "a", 0)  # no version: never judged older, not held
+    assert held == {"a": 5}
+    tombstones.bury("b", 9)  # deleted at 9
+    assert not advance(held, tombstones, "b", 8)  # a late view cannot bring it back
+    assert advance(held, tombstones, "b", 10) and held["b"] == 10

@@ -500,14 +500,8 @@ class ClusterState:
         record is immutable: the first value counted holds (docs/scheduler.md, "State").
         """
         key = ob.pod_key(obj)
-        version = versions.of(obj)
-        if version:
-            held = self._versions.get(key)
-            if held is None:
-                held = self._pod_tombstones.get(key)
-            if held is not None and version <= held:
-                return  # this view or a newer one was applied already
-            self._versions[key] = version
+        if not versions.advance(self._versions, self._pod_tombstones, key, versions.of(obj)):
+            return  # this view or a newer one was applied already
         record = self.pods.get(key)
         raw = self._raw(obj)
         if record is not None and record.raw == raw:

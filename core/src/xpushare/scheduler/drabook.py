@@ -172,14 +172,8 @@ class ClaimBook:
         uid = ob.uid(obj)
         if not uid:
             return
-        version = versions.of(obj)
-        if version:
-            held = self._versions.get(uid)
-            if held is None:
-                held = self._tombstones.get(uid)
-            if held is not None and version <= held:
-                return  # this view or a newer one was applied already
-            self._versions[uid] = version
+        if not versions.advance(self._versions, self._tombstones, uid, versions.of(obj)):
+            return  # this view or a newer one was applied already
         record = self.claims.get(uid)
         try:
             requests = claim_requests(obj, self.vendors)

@@ -80,3 +80,22 @@ class Tombstones:
         self._versions.move_to_end(key)
         while len(self._versions) > self.limit:
             self._versions.popitem(last=False)
+
+
+def advance(held: dict[str, int], tombstones: Tombstones, key: str, version: int) -> bool:
+    """Whether a view of *key* at *version* is newer than what is held of it (its live
+    version in *held*, else its deletion in *tombstones*); a newer one is recorded in
+    *held*. A view at or below is to be ignored: it, or a newer one, was applied already.
+    A version of 0 (none, or not a number) is never judged older, and is not recorded.
+
+    The one rule the pod state (cluster.py) and the claim book (drabook.py) order their
+    views by; called once per watch event, list item or read."""
+    if not version:
+        return True
+    known = held.get(key)
+    if known is None:
+        known = tombstones.get(key)
+    if known is not None and version <= known:
+        return False
+    held[key] = version
+    return True
