@@ -95,7 +95,14 @@ class Keeper:
         return self.root / uid / container
 
     def left(self) -> list[str]:
-        return sorted(str(p.relative_to(self.root)) for p in self.root.glob("*/*"))
+        """The (pod uid, container) folders still there. Read while the vendor's thread may
+        be removing them: a pod's folder removed between the listing of the root and its
+        own (FileNotFoundError in glob, seen once in CI) is read again."""
+        while True:
+            try:
+                return sorted(str(p.relative_to(self.root)) for p in self.root.glob("*/*"))
+            except FileNotFoundError:
+                continue
 
     @hookimpl
     def xpushare_vendor(self) -> VendorSpec:
