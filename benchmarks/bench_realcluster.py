@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 sys.path.insert(0, str(REPO / "tests" / "realcluster"))
 
-from realkit import Installed, install  # noqa: E402
+from realkit import SYSTEM_NAMESPACE, Installed, install  # noqa: E402
 
 from xpushare.codec import encode_inventory, inventory_key  # noqa: E402
 from xpushare.models import Device  # noqa: E402
@@ -399,7 +399,7 @@ def run_extender(
         go_profiles.append(GoProfile(*probes.kube_scheduler, GO_PROFILE_S))
     if probes is not None and probes.apiserver:
         go_profiles.append(GoProfile(plane.url, probes.apiserver, GO_PROFILE_S, plane.admin_cert))
-    with HandoffReleaser(installed.core):
+    with HandoffReleaser(installed.core, namespace=SYSTEM_NAMESPACE):
         result = phase(installed, namespace, pods, limits, None)
     ours = cpu_seconds(pid) - ours_before
     for go_profile in go_profiles:

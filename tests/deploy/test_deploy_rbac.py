@@ -68,10 +68,11 @@ def test_the_scheduler_calls_found_are_the_known_ones():
         ("", "nodes", "list"),
         ("", "nodes", "watch"),
         ("", "pods", "watch"),
-        ("", "nodes", "patch"),
         ("", "pods/binding", "create"),
         ("", "events", "create"),
         ("coordination.k8s.io", "leases", "update"),
+        ("coordination.k8s.io", "leases", "watch"),
+        ("coordination.k8s.io", "leases", "patch"),
         ("resource.k8s.io", "resourceclaims", "watch"),
         ("resource.k8s.io", "resourceslices", "list"),
     ):
@@ -82,11 +83,17 @@ def test_namespaced_grants_are_scoped_to_the_objects_the_code_names():
     objects = render(EVERYTHING)
     leader = config_file(objects, "scheduler.yaml")["leader"]
     grants = granted(objects, f"{RELEASE}-xpushare-scheduler")
-    for verb in ("get", "update"):
+    (grant,) = grants[Permission("coordination.k8s.io", "leases", "update")]
+    assert grant["role"]["kind"] == "Role"
+    assert grant["role"]["metadata"]["namespace"] == leader["namespace"] == NAMESPACE
+    assert grant["rule"]["resourceNames"] == [leader["name"]]
+    # The handoff Leases (handoff.<node>) cannot be named ahead: every Lease of the release's
+    # namespace, and of no other (scheduler/handoffbook.py).
+    handoff_namespace = config_file(objects, "scheduler.yaml")["bind"]["handoff_namespace"]
+    for verb in ("get", "list", "watch", "patch", "create"):
         (grant,) = grants[Permission("coordination.k8s.io", "leases", verb)]
         assert grant["role"]["kind"] == "Role"
-        assert grant["role"]["metadata"]["namespace"] == leader["namespace"] == NAMESPACE
-        assert grant["rule"]["resourceNames"] == [leader["name"]]
+        assert grant["role"]["metadata"]["namespace"] == handoff_namespace == NAMESPACE
     secret = f"{RELEASE}-xpushare-webhook-tls"
     for verb in ("get", "patch"):
         (grant,) = grants_of_certgen(objects)[Permission("", "secrets", verb)]
@@ -97,14 +104,26 @@ def grants_of_certgen(objects):
     return granted(objects, f"{RELEASE}-xpushare-certgen")
 
 
-def test_node_agent_cannot_write_pods_or_anything_but_nodes():
+def test_node_agent_cannot_write_pods_or_anything_but_nodes_and_its_handoff():
     objects = render(EVERYTHING)
-    writes = {
-        p
-        for p in granted(objects, f"{RELEASE}-xpushare-node")
-        if p.verb not in ("get", "list", "watch")
+    grants = granted(objects, f"{RELEASE}-xpushare-node")
+    writes = {p for p in grants if p.verb not in ("get", "list", "watch")}
+    assert writes == {
+        Permission("", "nodes", "patch"),
+        Permission("coordination.k8s.io", "leases", "patch"),
     }
-    assert writes == {Permission("", "nodes", "patch")}
+    # Leases only in the release's namespace, where the handoff Leases are; the agent is told
+    # that namespace (XPUSHARE_HANDOFF_NAMESPACE) and narrowed to its node's Lease by the
+    # node-agent-scope-handoff policy (test_deploy_cel.py).
+    (grant,) = grants[Permission("coordination.k8s.io", "leases", "patch")]
+    assert grant["role"]["kind"] == "Role"
+    assert grant["role"]["metadata"]["namespace"] == NAMESPACE
+    daemonset = next(d for d in find(objects, "DaemonSet"))
+    env = {
+        e["name"]: e.get("value")
+        for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["XPUSHARE_HANDOFF_NAMESPACE"] == NAMESPACE
 
 
 def test_kube_scheduler_has_its_own_account_with_the_built_in_roles():

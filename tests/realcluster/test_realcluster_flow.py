@@ -14,6 +14,7 @@ import pytest
 from realkit import (
     A100_MIB,
     PODS_NAMESPACE,
+    SYSTEM_NAMESPACE,
     Installed,
     assigned,
     hami_pod,
@@ -76,7 +77,7 @@ def test_burst_of_pods_onto_one_node_is_bound_without_overcommit(installed: Inst
     nvidia_node(installed, node, group="burst", gpus=8)
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
     names = [f"burst-{i}" for i in range(BURST)]
-    with HandoffReleaser(installed.core, {node}) as agent:
+    with HandoffReleaser(installed.core, {node}, namespace=SYSTEM_NAMESPACE) as agent:
         for name in names:
             installed.core.create_namespaced_pod(PODS_NAMESPACE, hami_pod(name, "burst", **limits))
         pods = [wait_pod(installed, name, assigned, "bound with an assignment") for name in names]

@@ -29,11 +29,13 @@ async def test_every_object_call_carries_the_token_and_a_refreshed_one(api):
     api.put("pods", pod("p1"))
     kube, configuration = _kube(api, "first")
     try:
-        found = await kube.get_node("n1")
-        patched = await kube.patch_node_annotations(
-            "n1", {"a": "1"}, resource_version=found["metadata"]["resourceVersion"]
+        await kube.get_node("n1")
+        created = await kube.create_handoff_lease("n1", {"a": "1"}, owner_uid="uid-n1")
+        patched = await kube.patch_handoff_lease(
+            "n1", {"a": "2"}, resource_version=created["metadata"]["resourceVersion"]
         )
-        assert patched["metadata"]["annotations"]["a"] == "1"
+        assert patched["metadata"]["annotations"]["a"] == "2"
+        assert (await kube.get_handoff_lease("n1"))["spec"]["holderIdentity"] == "n1"
         await kube.get_pod("default", "p1")
         await kube.patch_pod_annotations("default", "p1", {"b": "2"})
         await kube.create_event("default", {"metadata": {"name": "e1"}, "reason": "Test"})
@@ -49,7 +51,7 @@ async def test_every_object_call_carries_the_token_and_a_refreshed_one(api):
     finally:
         await kube.close()
     sent = [(r.method, r.authorization) for r in api.requests]
-    assert len(sent) == 9
+    assert len(sent) == 11
     assert sent[:-1] == [(m, "Bearer first") for m, _ in sent[:-1]]
     assert sent[-1] == ("POST", "Bearer second")
     assert api.get("pods", "p1")["spec"]["nodeName"] == "n1"
@@ -69,18 +71,23 @@ async def test_names_are_one_path_segment_each(api):
 
 
 async def test_a_stale_resource_version_is_a_conflict_and_names_the_call(api):
-    api.put("nodes", node("n1", {}))
     kube, _ = _kube(api, "t")
     try:
-        found = await kube.get_node("n1")
+        found = await kube.create_handoff_lease("n1", {"a": "0"})
         version = found["metadata"]["resourceVersion"]
-        await kube.patch_node_annotations("n1", {"a": "1"}, resource_version=version)
+        await kube.patch_handoff_lease("n1", {"a": "1"}, resource_version=version)
         with pytest.raises(Conflict) as err:
-            await kube.patch_node_annotations("n1", {"a": "2"}, resource_version=version)
+            await kube.patch_handoff_lease("n1", {"a": "2"}, resource_version=version)
+        with pytest.raises(Conflict):
+            await kube.create_handoff_lease("n1", {"a": "3"})  # it exists: 409 as well
+        with pytest.raises(NotFound):
+            await kube.patch_handoff_lease("n2", {"a": "1"}, resource_version=version)
     finally:
         await kube.close()
-    assert "patch node n1" in str(err.value)
-    assert api.get("nodes", "n1")["metadata"]["annotations"]["a"] == "1"
+    assert "handoff Lease kube-system/handoff.n1 of node n1" in str(err.value)
+    lease = api.get("leases", "handoff.n1", "kube-system")
+    assert lease["metadata"]["annotations"]["a"] == "1"
+    assert lease["metadata"]["labels"] == {"xpushare.io/role": "handoff"}
 
 
 async def test_a_nodes_pods_are_read_on_our_connections_with_the_token(api):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import yaml
 
+from xpushare.codec.keys import DEFAULT_HANDOFF_NAMESPACE
 from xpushare.errors import XpushareError
 
 if TYPE_CHECKING:
@@ -70,10 +71,18 @@ def _run(
 
     host = PluginHost.from_environment(node_name=config.node_name, vendor_config=vendor_config)
     if api_server:
-        kube = KubeClient.for_host(config.node_name, api_server, timeout_s=config.api_timeout_s)
+        kube = KubeClient.for_host(
+            config.node_name,
+            api_server,
+            timeout_s=config.api_timeout_s,
+            handoff_namespace=config.handoff_namespace,
+        )
     else:
         kube = KubeClient.from_environment(
-            config.node_name, kubeconfig=kubeconfig, timeout_s=config.api_timeout_s
+            config.node_name,
+            kubeconfig=kubeconfig,
+            timeout_s=config.api_timeout_s,
+            handoff_namespace=config.handoff_namespace,
         )
     agent = NodeAgent(config, host, kube)
     try:
@@ -122,6 +131,15 @@ def _run(
     default=None,
     help="Talk to this API server URL without credentials (e.g. kubectl proxy's) instead of "
     "the service account or a kubeconfig.",
+)
+@click.option(
+    "--handoff-namespace",
+    envvar="XPUSHARE_HANDOFF_NAMESPACE",
+    default=DEFAULT_HANDOFF_NAMESPACE,
+    show_default=True,
+    help="Namespace of the nodes' handoff Leases, where the scheduler says which pod this "
+    "node serves next: the scheduler's bind.handoff_namespace (the chart sets both to the "
+    "release's namespace).",
 )
 @click.option(
     "--state-dir",
@@ -232,6 +250,7 @@ def command(
     metrics_port: int,
     kubeconfig: str | None,
     api_server: str | None,
+    handoff_namespace: str,
     state_dir: Path | None,
     pod_resources_socket: str,
     vendor_config: Path | None,
@@ -280,6 +299,7 @@ def command(
             dra_plugins_dir=dra_plugins_dir,
             cdi_dir=cdi_dir,
             hami_metrics=hami_metrics,
+            handoff_namespace=handoff_namespace,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

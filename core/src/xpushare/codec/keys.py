@@ -10,6 +10,7 @@ the plugin's entry-point name (``nvidia``, ``hygon``, ...). :data:`HAMI_KEYS` ma
 theirs.
 """
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,15 +34,42 @@ AGENT_MODE_KEY = PREFIX + "agent-mode"
 #: Pod annotation written at bind: which devices each container got.
 ASSIGNMENT_KEY = PREFIX + "assignment"
 
-#: Node annotation naming the pod the node's device plugins serve between bind and Allocate
-#: (DESIGN.md §6).
+#: Annotation of a node's handoff Lease naming the pod the node's device plugins serve
+#: between bind and Allocate (DESIGN.md §6).
 HANDOFF_KEY = PREFIX + "handoff"
 
-#: Node annotation holding the fencing token (the scheduler's leadership term) of the last
-#: scheduler replica that wrote the node's handoff: a replica of an older term refuses to
-#: write the node, so a deposed leader can never commit a decision there (docs/scheduler.md,
-#: "Why no interleaving can double-book").
+#: Annotation of a node's handoff Lease holding the fencing token (the scheduler's leadership
+#: term) of the last scheduler replica that wrote it: a replica of an older term refuses to
+#: write the handoff, so a deposed leader can never commit a decision there
+#: (docs/scheduler.md, "Why no interleaving can double-book").
 TERM_KEY = PREFIX + "scheduler-term"
+
+#: Label of every handoff Lease (its value is :data:`HANDOFF_LEASE_ROLE`): the scheduler
+#: watches the release namespace's Leases with this selector, and nothing else.
+HANDOFF_LEASE_LABEL = PREFIX + "role"
+HANDOFF_LEASE_ROLE = "handoff"
+#: Where the handoff Leases live when nothing says (the scheduler's ``bind.handoff_namespace``,
+#: the node agent's ``--handoff-namespace``): the leader Lease's default namespace too. The
+#: chart sets both to the release's namespace.
+DEFAULT_HANDOFF_NAMESPACE = "kube-system"
+
+#: Why the handoff lives in a Lease of its own and not on the Node: every kube-scheduler,
+#: kube-controller-manager and CNI agent watches every Node, so two Node writes per bind were
+#: sent to each of them (13.7 node watch events, 43.8 KiB, a pod; bench_realcluster at 1,000
+#: nodes, docs/benchmarks.md "Session 16"). Only our scheduler and the node agents read this.
+_LEASE_PREFIX = "handoff."
+#: A Lease's name is a DNS subdomain of at most 253 characters, as a Node's is.
+_MAX_NAME = 253
+
+
+def handoff_lease_name(node: str) -> str:
+    """The name of *node*'s handoff Lease: ``handoff.<node>``, or a digest for a node name
+    too long to carry the prefix (both are valid Lease names for every valid node name)."""
+    name = _LEASE_PREFIX + node
+    if len(name) <= _MAX_NAME:
+        return name
+    return "handoff-" + hashlib.sha256(node.encode()).hexdigest()
+
 
 #: Pod annotation a newer leader writes on a pod whose bind an older leader left in flight:
 #: writing it changes the pod's resourceVersion, which the old leader's Binding carries as a

@@ -4,7 +4,8 @@ kubelet's Allocate names device ids only, never the pod (research/k8s-apis.md §
 So, as DESIGN.md §6 fixes, the scheduler writes at bind a per-node *handoff* naming the pod,
 and the pod's *assignment* naming each container's slices. This module:
 
-1. finds the pod: the one named by the node's ``xpushare.io/handoff`` if it is current and
+1. finds the pod: the one named by the ``xpushare.io/handoff`` of the node's handoff Lease
+   (``handoff.<node>``, scheduler/handoffbook.py) if it is current and
    still waits for this vendor; else (the handoff expired, was released, or is malformed) the
    oldest Pending pod on the node whose assignment still has a container of this vendor to
    serve;
@@ -16,7 +17,7 @@ and the pod's *assignment* naming each container's slices. This module:
 3. asks the vendor's ``allocate`` hook (on its library thread) for the container's envs,
    device nodes, mounts and CDI devices;
 4. when the last container of the last vendor of the pod has been served, releases the
-   handoff (a compare-and-swap on the node's resourceVersion, so a newer handoff written
+   handoff (a compare-and-swap on the Lease's resourceVersion, so a newer handoff written
    meanwhile is never deleted).
 
 Everything runs under Allocate's own deadline: kubelet waits with no timeout inside its pod
@@ -112,12 +113,12 @@ class _Progress:
 
 @dataclass(frozen=True)
 class _Pending:
-    """The pod being admitted, its assignment, and the node as read (for the handoff CAS)."""
+    """The pod being admitted, its assignment, and the handoff Lease as read (for its CAS)."""
 
     pod: PodRef
     assignment: PodAssignment
     via_handoff: bool
-    node: JsonObject | None = None
+    lease: JsonObject | None = None
     #: The pod's annotations as read, for the vendor's per-pod settings (e.g. a QoS policy).
     annotations: Mapping[str, str] = field(default_factory=dict)
 
@@ -259,7 +260,7 @@ class Allocator:
             container.container,
         )
         if self._vendor_done(pod, assignment, vendor):
-            await self._release(pod, vendor, pending.node)
+            await self._release(pod, vendor, pending.lease)
         self._forget_old()
         return result
 
@@ -456,14 +457,14 @@ class Allocator:
     # -- finding the pod -----------------------------------------------------------------------
 
     async def _pending(self, vendor: str, what: str, physical: Sequence[str] | None) -> _Pending:
-        node = await self._read(self.kube.get_node(), what, "read the node")
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        lease = await self._read(self.kube.get_handoff(), what, "read the node's handoff")
+        annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
         raw = annotations.get(HANDOFF_KEY)
-        if raw is not None:
+        if lease is not None and raw is not None:
             node_term = parse_term(annotations.get(TERM_KEY))
             pending = await self._from_handoff(raw, vendor, what, node_term)
             if pending is not None:
-                return dataclasses.replace(pending, node=node)
+                return dataclasses.replace(pending, lease=lease)
         return await self._from_listing(vendor, what, physical)
 
     async def _from_handoff(
@@ -579,7 +580,7 @@ class Allocator:
     def _vendor_done(self, pod: PodRef, assignment: PodAssignment, vendor: str) -> bool:
         return len(self._served(pod, vendor)) >= len(_containers(assignment, vendor))
 
-    async def _release(self, pod: PodRef, vendor: str, node: JsonObject | None) -> None:
+    async def _release(self, pod: PodRef, vendor: str, lease: JsonObject | None) -> None:
         """Record *vendor* as allocated in the handoff; remove it when the pod is complete.
 
         A failure here does not fail the Allocate (the container is served): the handoff
@@ -587,10 +588,12 @@ class Allocator:
         """
         for _ in range(HANDOFF_RETRIES):
             try:
-                # The node as read to find the pod saves a round trip; a conflict re-reads.
-                if node is None:
-                    node = await self.kube.get_node()
-                meta = node.get("metadata") or {}
+                # The Lease as read to find the pod saves a round trip; a conflict re-reads.
+                if lease is None:
+                    lease = await self.kube.get_handoff()
+                    if lease is None:
+                        return
+                meta = lease.get("metadata") or {}
                 raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
                 if raw is None:
                     return
@@ -602,7 +605,7 @@ class Allocator:
                     return  # a newer pod's handoff: leave it alone
                 updated = handoff.with_allocated(vendor)
                 value = None if updated.complete() else encode_handoff(updated, node=self.node)
-                await self.kube.patch_node(
+                await self.kube.patch_handoff(
                     {
                         "metadata": {
                             "resourceVersion": meta.get("resourceVersion"),
@@ -614,7 +617,7 @@ class Allocator:
                     log.info("released the handoff of pod %s on node %s", pod, self.node)
                 return
             except KubeConflict:
-                node = None
+                lease = None
                 continue
             except (KubeError, CodecError, ValueError) as exc:
                 log.warning("cannot update the handoff of pod %s: %s", pod, exc)

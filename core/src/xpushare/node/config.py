@@ -7,8 +7,11 @@ object, and the CLI builds it from flags and ``XPUSHARE_NODE_*`` variables in on
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from xpushare.codec.keys import DEFAULT_HANDOFF_NAMESPACE
 
 #: kubelet's device-plugin directory; a fixed constant that does not follow kubelet's
 #: ``--root-dir`` (research/k8s-apis.md §0, pluginapi.DevicePluginPath).
@@ -34,6 +37,9 @@ MODES = ("device-plugin", "dra")
 #: stay one range; dcgm-exporter's 9400 is left alone.
 METRICS_PORT = 9396
 
+
+#: What a namespace's name must be (a DNS label; Kubernetes validates it the same way).
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 #: The settings that are paths (made absolute, see ``NodeConfig.__post_init__``).
 _PATH_SETTINGS = (
@@ -121,6 +127,9 @@ class NodeConfig:
     #: Export HAMi's vGPU monitor metrics too (hami_vgpu_memory_used_bytes, ...), so HAMi's
     #: Grafana dashboard works unchanged (docs/migrate-from-hami.md).
     hami_metrics: bool = False
+    #: The namespace of the nodes' handoff Leases (``handoff.<node>``): the scheduler's
+    #: ``bind.handoff_namespace``, where it says which pod this node serves next.
+    handoff_namespace: str = DEFAULT_HANDOFF_NAMESPACE
 
     @property
     def ledger_dir(self) -> Path:
@@ -135,6 +144,11 @@ class NodeConfig:
             raise ValueError(
                 "the node agent needs its node name: set NODE_NAME from the pod's "
                 "spec.nodeName (downward API) or pass --node-name"
+            )
+        if not _DNS_LABEL.match(self.handoff_namespace) or len(self.handoff_namespace) > 63:
+            raise ValueError(
+                f"handoff namespace {self.handoff_namespace[:80]!r} is not a namespace name "
+                "(a DNS label: lowercase letters, digits and '-', at most 63 characters)"
             )
         if self.mode not in MODES:
             raise ValueError(

@@ -17,7 +17,8 @@ every ``reconcile_interval_s``, and patches only the difference (one JSON merge 
 The agent owns every ``xpushare.io/inventory-*`` annotation and every label with one of the
 suffixes above on its node, so those of a vendor that is no longer installed are removed.
 
-The same pass repairs an expired handoff (DESIGN.md §6: "a stale one repairs itself").
+The same pass repairs an expired handoff in the node's handoff Lease (DESIGN.md §6: "a stale
+one repairs itself").
 """
 
 from __future__ import annotations
@@ -175,11 +176,14 @@ class InventoryPublisher:
             self.patches += 1
             log.info("node %s: published inventory and labels", self.node)
         self.published += 1
-        await self._repair_handoff(node)
+        await self._repair_handoff()
         return needed
 
-    async def _repair_handoff(self, node: JsonObject) -> None:
-        meta = node.get("metadata") or {}
+    async def _repair_handoff(self) -> None:
+        lease = await self.kube.get_handoff()
+        if lease is None:
+            return
+        meta = lease.get("metadata") or {}
         raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
         if raw is None:
             return
@@ -191,7 +195,7 @@ class InventoryPublisher:
         if not handoff.expired(self._clock()):
             return
         try:
-            await self.kube.patch_node(
+            await self.kube.patch_handoff(
                 {
                     "metadata": {
                         "resourceVersion": meta.get("resourceVersion"),

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
+from xpushare.codec.keys import DEFAULT_HANDOFF_NAMESPACE, handoff_lease_name
 from xpushare.errors import XpushareError
 
 if TYPE_CHECKING:
@@ -93,6 +94,17 @@ class NodeKube(Protocol):
         With ``metadata.resourceVersion`` in the patch the API server applies it only to that
         version (:class:`KubeConflict` otherwise).
         """
+        ...
+
+    async def get_handoff(self) -> JsonObject | None:
+        """This node's handoff Lease (``handoff.<node>`` in the handoff namespace), or
+        ``None`` when the scheduler has not created it yet."""
+        ...
+
+    async def patch_handoff(self, patch: JsonObject) -> JsonObject | None:
+        """Apply a JSON merge patch to this node's handoff Lease; the Lease as it now is, or
+        ``None`` when it does not exist. ``metadata.resourceVersion`` in the patch makes it
+        a compare-and-swap (:class:`KubeConflict` when the Lease changed meanwhile)."""
         ...
 
     async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
@@ -191,10 +203,18 @@ def _from_kubeconfig(kubeconfig: str | None) -> ApiEndpoint:
 class KubeClient:
     """:class:`NodeKube` over urllib3 with raw JSON (see the module docstring for why)."""
 
-    def __init__(self, node_name: str, endpoint: ApiEndpoint, *, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        endpoint: ApiEndpoint,
+        *,
+        timeout_s: float = 3.0,
+        handoff_namespace: str = DEFAULT_HANDOFF_NAMESPACE,
+    ) -> None:
         import urllib3
 
         self.node_name = node_name
+        self.handoff_namespace = handoff_namespace
         self.timeout_s = timeout_s
         self.endpoint = endpoint
         self._host = endpoint.host.rstrip("/")
@@ -209,9 +229,21 @@ class KubeClient:
         self._pool = ThreadPoolExecutor(API_THREADS, thread_name_prefix="xpushare-kube")
 
     @classmethod
-    def for_host(cls, node_name: str, host: str, *, timeout_s: float = 3.0) -> KubeClient:
+    def for_host(
+        cls,
+        node_name: str,
+        host: str,
+        *,
+        timeout_s: float = 3.0,
+        handoff_namespace: str = DEFAULT_HANDOFF_NAMESPACE,
+    ) -> KubeClient:
         """A client of a plain-HTTP API server at *host* (tests, ``kubectl proxy``)."""
-        return cls(node_name, ApiEndpoint(host=host.rstrip("/")), timeout_s=timeout_s)
+        return cls(
+            node_name,
+            ApiEndpoint(host=host.rstrip("/")),
+            timeout_s=timeout_s,
+            handoff_namespace=handoff_namespace,
+        )
 
     @classmethod
     def from_environment(
@@ -221,6 +253,7 @@ class KubeClient:
         kubeconfig: str | None = None,
         environ: Mapping[str, str] | None = None,
         timeout_s: float = 3.0,
+        handoff_namespace: str = DEFAULT_HANDOFF_NAMESPACE,
     ) -> KubeClient:
         """In-cluster credentials in a pod, else *kubeconfig* (or ``$KUBECONFIG``/``~/.kube``)."""
         env = os.environ if environ is None else environ
@@ -228,7 +261,7 @@ class KubeClient:
             endpoint = _in_cluster(env)
         else:
             endpoint = _from_kubeconfig(kubeconfig)
-        return cls(node_name, endpoint, timeout_s=timeout_s)
+        return cls(node_name, endpoint, timeout_s=timeout_s, handoff_namespace=handoff_namespace)
 
     # -- NodeKube ----------------------------------------------------------------------------
 
@@ -248,6 +281,24 @@ class KubeClient:
         if found is None:
             raise KubeError(f"node {self.node_name!r} does not exist", 404)
         return found
+
+    async def get_handoff(self) -> JsonObject | None:
+        return await self._call(
+            "GET", self._handoff_path(), what=f"read the handoff Lease of node {self.node_name}"
+        )
+
+    async def patch_handoff(self, patch: JsonObject) -> JsonObject | None:
+        try:
+            return await self._call(
+                "PATCH",
+                self._handoff_path(),
+                body=patch,
+                what=f"patch the handoff Lease of node {self.node_name}",
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
@@ -496,6 +547,12 @@ class KubeClient:
 
     def _node_path(self) -> str:
         return f"/api/v1/nodes/{quote(self.node_name, safe='')}"
+
+    def _handoff_path(self) -> str:
+        return (
+            f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.handoff_namespace, safe='')}"
+            f"/leases/{quote(handoff_lease_name(self.node_name), safe='')}"
+        )
 
     async def _call(
         self,

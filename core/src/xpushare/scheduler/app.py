@@ -271,6 +271,14 @@ class Scheduler:
                 Handlers(self._replace_quotas, self.cluster.apply_quota, self.cluster.delete_quota),
             ),
         ]
+        if not worker:
+            # The nodes' handoff Leases (handoffbook.py): only the process that binds waits
+            # for them, so a filter worker never watches them.
+            kube.handoff_namespace = config.bind.handoff_namespace
+            book = self.cluster.handoff_book
+            self.informers.append(
+                informer("handoffs", Handlers(book.replace, book.apply, book.delete))
+            )
         if self.claims is not None:
             claims = self.claims
             self.informers += [
@@ -647,12 +655,13 @@ class Scheduler:
         self._tasks.append(asyncio.create_task(self._repair_loop(), name="handoff-repair"))
 
     async def _campaign(self) -> None:
-        """Campaign for the Lease once the nodes are listed: a new term starts above every
-        term the nodes carry (LeaderElector's floor), and a replica that cannot list the
-        cluster could not decide anything as leader anyway."""
+        """Campaign for the Lease once the nodes and their handoff Leases are listed: a new
+        term starts above every term the handoffs carry (LeaderElector's floor), and a
+        replica that cannot list the cluster could not decide anything as leader anyway."""
         assert self.leader is not None
-        nodes = next(i for i in self.informers if i.resource == "nodes")
-        await nodes.synced.wait()
+        for informer in self.informers:
+            if informer.resource in ("nodes", "handoffs"):
+                await informer.synced.wait()
         await self.leader.run()
 
     async def start(self, *, listen_sock: socket.socket | None = None) -> None:

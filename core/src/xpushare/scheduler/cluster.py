@@ -24,19 +24,15 @@ from xpushare.codec import (
     ASSIGNMENT_KEY,
     HAMI_ILUVATAR_CHIPS,
     HAMI_KEYS,
-    HANDOFF_KEY,
     MAX_VALUE_BYTES,
-    TERM_KEY,
     HamiSlice,
     Handoff,
     decode_assignment,
     decode_hami_node_devices,
     decode_hami_pod_devices,
-    decode_handoff,
     decode_inventory,
     hami_keys,
     hami_pod_assignment,
-    parse_term,
     vendor_of_inventory_key,
 )
 from xpushare.codec.hami_score import SCORE_KEY, decode_pair_links
@@ -46,6 +42,7 @@ from xpushare.models._compact import compact
 from xpushare.scheduler import objects as ob
 from xpushare.scheduler import versions
 from xpushare.scheduler.drabook import CLAIM_KEY_PREFIX
+from xpushare.scheduler.handoffbook import HandoffBook
 from xpushare.scheduler.versions import MAX_TOMBSTONES, ListSnapshot, Tombstones
 from xpushare.scheduling import UsageLedger
 from xpushare.scheduling.quantity import QuantityError, cpu_millis, memory_mib
@@ -103,15 +100,10 @@ def _older(version: str, than: str) -> bool:
 class NodeRecord:
     name: str
     resource_version: str = ""
+    #: The Node's uid: its handoff Lease names it as owner, so the garbage collector
+    #: deletes the Lease with the Node.
+    uid: str = ""
     fingerprint: bytes = b""
-    handoff_raw: str | None = None
-    handoff: Handoff | None = None
-    handoff_error: str | None = None
-    #: When this replica first saw the current handoff value (its own clock, Unix seconds):
-    #: the handoff's own times are the writer's clock, so they are bounded by this one.
-    handoff_seen: float = 0.0
-    #: The fencing token of the last scheduler replica that wrote the node (TERM_KEY).
-    term: int | None = None
     memory_sizes: list[tuple[str, int]] = field(default_factory=list)
     #: The Node's status.allocatable CPU (millicores) and memory (MiB), for the web view's
     #: node page only: kube-scheduler books host resources, the extender devices (None:
@@ -155,10 +147,9 @@ class ClusterState:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ledger = ledger
-        #: Whether nodes' handoffs are read (``NodeRecord.handoff``): only a process that
-        #: binds waits for them; a filter worker keeps the raw value and decodes nothing
-        #: (one decode a bind, a tenth of a millisecond it never uses).
-        self.handoffs = handoffs
+        #: The nodes' handoff Leases (handoffbook.py). Only a process that binds reads them:
+        #: a filter worker neither watches nor decodes them.
+        self.handoff_book = HandoffBook(report=report, clock=clock, decode=handoffs)
         #: The namespaces' device quotas (``None``: not watched, none enforced).
         self.quotas = quotas
         self._clock = clock
@@ -184,11 +175,8 @@ class ClusterState:
         #: read has shown yet, with when the answer came (this process's monotonic clock):
         #: kube-scheduler's assumed pods. A relist requested before then cannot know them.
         self._assumed: dict[str, float] = {}
-        #: The highest fencing term any node carries (TERM_KEY): a replica taking the
-        #: Lease starts above it even if the Lease was deleted and re-created (leader.py).
-        self.highest_term = 0
         self._memory_sizes: dict[str, Counter[int]] = {}
-        #: Called with a node name when the node's handoff annotation or version changed.
+        #: Called with a node name when the node was added, changed or deleted.
         self.on_node_changed: list[Callable[[str], None]] = []
         #: Called with a pod key when the pod was deleted.
         self.on_pod_deleted: list[Callable[[str], None]] = []
@@ -237,8 +225,13 @@ class ClusterState:
         return self.pods.get(key) if key else None
 
     def handoff(self, node: str) -> Handoff | None:
-        record = self.nodes.get(node)
-        return record.handoff if record else None
+        return self.handoff_book.handoff(node)
+
+    @property
+    def highest_term(self) -> int:
+        """The highest fencing term any handoff carries: a replica taking the leader Lease
+        starts above it even if that Lease was deleted and re-created (leader.py)."""
+        return self.handoff_book.highest_term
 
     # -- nodes -------------------------------------------------------------------------------------
 
@@ -343,6 +336,7 @@ class ClusterState:
             # it changes nothing, and a late event must not bring the old handoff back.
             return
         record.resource_version = version
+        record.uid = ob.uid(obj)
         record.cpu_allocatable, record.memory_allocatable = _allocatable(obj)
         fingerprint = self._fingerprint(obj)
         if fingerprint != record.fingerprint or self.ledger.node(name) is None:
@@ -362,30 +356,6 @@ class ClusterState:
             self.dra_nodes.add(name)
         else:
             self.dra_nodes.discard(name)
-        term_raw = annotations.get(TERM_KEY)
-        record.term = parse_term(term_raw)
-        if record.term is not None and record.term > self.highest_term:
-            self.highest_term = record.term
-        if term_raw is not None and record.term is None:
-            self._report(
-                "node",
-                obj,
-                TERM_KEY,
-                f"node {name}: {TERM_KEY}={term_raw[:40]!r} is "
-                "not a term (an integer below 2^31); the next bind on the node rewrites it",
-            )
-        raw = annotations.get(HANDOFF_KEY)
-        if raw != record.handoff_raw:
-            record.handoff_raw = raw
-            record.handoff = None
-            record.handoff_error = None
-            record.handoff_seen = self._clock()
-            if raw is not None and self.handoffs:
-                try:
-                    record.handoff = decode_handoff(raw, node=name)
-                except CodecError as exc:
-                    record.handoff_error = str(exc)
-                    self._report("node", obj, HANDOFF_KEY, str(exc))
         for callback in self.on_node_changed:
             callback(name)
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from xpushare.codec import DEFAULT_HANDOFF_NAMESPACE
 from xpushare.errors import XpushareError
 from xpushare.placement import PlacementConfig
 
@@ -131,6 +132,11 @@ class BindConfig(_Section):
     repair_interval_s: float = Field(default=2.0, gt=0)
     #: Conflicting handoff writes (another writer changed the node) are retried this often.
     conflict_retries: int = Field(default=5, ge=0)
+    #: The namespace of the nodes' handoff Leases (``handoff.<node>``, scheduler/handoffbook.py):
+    #: the node agents must be told the same one. The chart sets the release's namespace.
+    handoff_namespace: str = Field(
+        default=DEFAULT_HANDOFF_NAMESPACE, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )
 
 
 class WebhookConfig(_Section):

@@ -1,17 +1,20 @@
 """The per-node handoff at bind (DESIGN.md §6): wait for the node, write it, repair stale ones.
 
 Why: kubelet's Allocate carries no pod identity, so the node agent learns which pod it serves
-from the node's ``xpushare.io/handoff`` annotation, and a node can serve one handed-off pod
-at a time. Unlike HAMi's node lock, ``/filter`` never looks at it: only ``/bind`` waits,
-bounded, for the node's previous handoff, and binds for one node queue in arrival order.
+from the ``xpushare.io/handoff`` annotation of the node's handoff Lease (handoffbook.py: a
+Lease per node, so that the Node itself is not written at each bind), and a node can serve
+one handed-off pod at a time. Unlike HAMi's node lock, ``/filter`` never looks at it: only
+``/bind`` waits, bounded, for the node's previous handoff, and binds for one node queue in
+arrival order.
 
 The handoff is also what keeps two scheduler replicas from double-booking a node
 (docs/scheduler.md, "Why no interleaving can double-book"):
 
-* every write of a node's handoff is a JSON merge patch carrying the node's
-  resourceVersion (a concurrent writer makes ours fail with 409 and we re-read) and the
-  writer's term (``xpushare.io/scheduler-term``); a replica never writes a node that
-  carries a newer term than its own (:class:`Fenced`), so a deposed leader cannot commit;
+* every write of a node's handoff is a JSON merge patch carrying its Lease's
+  resourceVersion, or the Lease's creation (a concurrent writer makes ours fail with 409
+  and we re-read), and the writer's term (``xpushare.io/scheduler-term``); a replica never
+  writes a handoff that carries a newer term than its own (:class:`Fenced`), so a deposed
+  leader cannot commit;
 * a bind writes its pod's handoff before it writes the Binding, so the only pod whose
   Binding may still land on a node is the one its current handoff names;
 * a handoff is replaced only when its pod is bound, gone, or *fenced*: a patch of the pod
@@ -36,7 +39,8 @@ from dataclasses import dataclass
 from xpushare.codec import FENCED_KEY, HANDOFF_KEY, TERM_KEY, Handoff, encode_handoff
 from xpushare.models import PodRef
 from xpushare.scheduler import objects as ob
-from xpushare.scheduler.cluster import ClusterState, NodeRecord
+from xpushare.scheduler.cluster import ClusterState
+from xpushare.scheduler.handoffbook import HandoffRecord
 from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
 from xpushare.scheduler.metrics import SchedulerMetrics
 
@@ -111,7 +115,7 @@ def pod_key(pod: PodRef) -> str:
 
 
 class HandoffManager:
-    """Owns the writes of every node's handoff annotation."""
+    """Owns the writes of every node's handoff (its Lease's annotations)."""
 
     def __init__(
         self,
@@ -127,6 +131,7 @@ class HandoffManager:
     ) -> None:
         self.kube = kube
         self.cluster = cluster
+        self.book = cluster.handoff_book
         self.metrics = metrics
         self.ttl_s = ttl_s
         self.conflict_retries = conflict_retries
@@ -146,6 +151,7 @@ class HandoffManager:
         #: takeover read): binds of a term read once per node, whatever wrote first.
         self._read_under: dict[str, int] = {}
         cluster.on_node_changed.append(self._changed)
+        self.book.on_changed.append(self._changed)
 
     def _slot(self, node: str) -> _Slot:
         slot = self._slots.get(node)
@@ -157,24 +163,26 @@ class HandoffManager:
         slot = self._slots.get(node)
         if slot is not None:
             slot.changed.set()
-        if node not in self.cluster.nodes:
+        if node not in self.book.records:
+            # The Lease is gone (with its Node, or by hand), and with it what says which
+            # terms wrote it: the next write creates it afresh and its pods are read again.
             self._written.pop(node, None)
             self._read_under.pop(node, None)
-            if slot is not None and not slot.lock.locked():
-                del self._slots[node]  # a deleted node's slot must not outlive it
+        if node not in self.cluster.nodes and slot is not None and not slot.lock.locked():
+            del self._slots[node]  # a deleted node's slot must not outlive it
 
     # -- the state of one node's handoff -----------------------------------------------------------
 
-    def expired(self, record: NodeRecord) -> bool:
+    def expired(self, record: HandoffRecord) -> bool:
         """Whether the node's handoff has expired, on this replica's clock."""
         handoff = record.handoff
         if handoff is None:
             return False
-        return self.clock() >= handoff.expires_for(record.handoff_seen, self.ttl_s)
+        return self.clock() >= handoff.expires_for(record.seen, self.ttl_s)
 
     def _free_for(self, node: str, pod: PodRef, term: int | None) -> bool:
-        record = self.cluster.nodes.get(node)
-        if record is None or record.handoff_raw is None:
+        record = self.book.get(node)
+        if record is None or record.raw is None:
             return True
         handoff = record.handoff
         if handoff is None:
@@ -186,7 +194,7 @@ class HandoffManager:
         return same_pod(handoff.pod, pod) and (term or 0) <= handoff.term
 
     def _check_term(self, node: str, term: int | None) -> None:
-        record = self.cluster.nodes.get(node)
+        record = self.book.get(node)
         node_term = record.term if record is not None else None
         if term is None or node_term is None:
             return
@@ -210,8 +218,8 @@ class HandoffManager:
         *binding* is the pod the caller is binding: a handoff of that pod is an older
         term's, not a bind in flight here (one bind per pod at a time).
         """
-        record = self.cluster.nodes.get(node)
-        if record is None or record.handoff_raw is None:
+        record = self.book.get(node)
+        if record is None or record.raw is None:
             return None, None
         handoff = record.handoff
         if handoff is None:
@@ -229,7 +237,7 @@ class HandoffManager:
             if known.started:
                 return "started", None
             return ("expired" if expired else None), None
-        young = self.clock() - record.handoff_seen <= NEVER_BOUND_GRACE_S
+        young = self.clock() - record.seen <= NEVER_BOUND_GRACE_S
         if not expired and young and not mine:
             return None, None
         return await self._fence(node, handoff, term, expired)
@@ -267,30 +275,46 @@ class HandoffManager:
 
     async def _refresh(self, node: str) -> None:
         try:
-            obj = await self.kube.get_node(node)
+            obj = await self.kube.get_handoff_lease(node)
         except NotFound:
-            self.cluster.delete_node({"metadata": {"name": node}})
+            self.book.forget(node)
             return
-        self.cluster.apply_node(obj)
+        self.book.apply(obj)
 
     async def _write(self, node: str, value: str | None, term: int | None) -> None:
         """Write the node's handoff (None removes it) under *term*.
 
-        The node's term is checked on the version the write is conditioned on, so the API
-        server refuses the write (409) if a newer term wrote the node in between.
+        The handoff's term is checked on the version the write is conditioned on, so the API
+        server refuses the write (409) if a newer term wrote it in between. A node without a
+        Lease gets one: its creation is refused (409) if another writer created it first.
         """
         self._check_term(node, term)
-        record = self.cluster.nodes.get(node)
-        version = record.resource_version if record else None
+        record = self.book.get(node)
         patch: dict[str, str | None] = {HANDOFF_KEY: value}
         if term is not None:
             patch[TERM_KEY] = str(term)
-        obj = await self.kube.patch_node_annotations(node, patch, resource_version=version)
+        if record is None or not record.resource_version:
+            if value is None:
+                return  # no Lease, no handoff: nothing to remove
+            known = self.cluster.nodes.get(node)
+            obj = await self.kube.create_handoff_lease(
+                node, patch, owner_uid=known.uid if known is not None else ""
+            )
+        else:
+            try:
+                obj = await self.kube.patch_handoff_lease(
+                    node, patch, resource_version=record.resource_version
+                )
+            except NotFound:
+                # Deleted since we read it (with its Node, or by hand): what it held is gone
+                # and the caller re-reads, as after any conflict.
+                self.book.forget(node)
+                raise Conflict(409, f"the handoff Lease of node {node} was deleted") from None
         if term is not None:
             self._written[node] = term
         # Apply our own write now rather than when the watch echoes it: the next bind for
         # this node must see it at once.
-        self.cluster.apply_node(obj)
+        self.book.apply(obj)
 
     def needs_read(self, node: str, term: int | None) -> bool:
         """Whether a bind under *term* must read the node's pods before its Binding."""
@@ -320,8 +344,8 @@ class HandoffManager:
         self, node: str, expected: Handoff | None, cause: str, term: int | None = None
     ) -> bool:
         """Remove the node's handoff if it is still *expected*; False if it changed."""
-        record = self.cluster.nodes.get(node)
-        if record is None or record.handoff != expected or record.handoff_raw is None:
+        record = self.book.get(node)
+        if record is None or record.handoff != expected or record.raw is None:
             return False
         try:
             await self._write(node, None, self.term() if term is None else term)
@@ -375,7 +399,7 @@ class HandoffManager:
                     await self._heal(exc)
                     raise
                 if not self._free_for(node, pod, term):
-                    record = self.cluster.nodes.get(node)
+                    record = self.book.get(node)
                     current = record.handoff if record else None
                     cause, fenced = await self._judge(node, term, pod)
                     if cause is not None:
@@ -419,11 +443,11 @@ class HandoffManager:
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise HandoffTimeout(self._busy_message(node, started))
-        record = self.cluster.nodes.get(node)
+        record = self.book.get(node)
         wait = remaining
         if record is not None and record.handoff is not None:
             # Wake up when it expires even if no event comes.
-            expires = record.handoff.expires_for(record.handoff_seen, self.ttl_s)
+            expires = record.handoff.expires_for(record.seen, self.ttl_s)
             wait = min(wait, max(0.01, expires - self.clock()))
         slot.changed.clear()
         # Re-check periodically too: a pod that started shows up on the pod watch, not
@@ -451,8 +475,8 @@ class HandoffManager:
         """Clear every stale handoff (the leader calls this periodically)."""
         cleared = 0
         term = self.term()
-        for node, record in list(self.cluster.nodes.items()):
-            if record.handoff_raw is None:
+        for node, record in list(self.book.records.items()):
+            if record.raw is None:
                 continue
             if term is not None and record.term is not None and record.term > term:
                 continue  # a newer leader's node: not ours to touch

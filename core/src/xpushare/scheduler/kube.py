@@ -20,6 +20,7 @@ relist, not once per pod.
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import logging
 import os
@@ -31,12 +32,20 @@ from urllib.parse import quote
 
 import orjson
 
+from xpushare.codec import (
+    DEFAULT_HANDOFF_NAMESPACE,
+    HANDOFF_LEASE_LABEL,
+    HANDOFF_LEASE_ROLE,
+    handoff_lease_name,
+)
 from xpushare.errors import XpushareError
 from xpushare.scheduler.apiwrite import ApiWriter, WireError, writer_for
 
 log = logging.getLogger(__name__)
 
-Resource = Literal["nodes", "pods", "resourcequotas", "resourceclaims", "resourceslices"]
+Resource = Literal[
+    "nodes", "pods", "resourcequotas", "resourceclaims", "resourceslices", "handoffs"
+]
 Object = dict[str, Any]
 
 #: Items per page of a list: the apiserver's own default chunk for informers (client-go
@@ -171,7 +180,11 @@ class Kube:
         self._core = client.CoreV1Api(api_client)
         #: resource.k8s.io/v1: the claims and slices of DRA mode (scheduler/drabook.py).
         self._resource = client.ResourceV1Api(api_client)
+        self._coordination = client.CoordinationV1Api(api_client)
         self._timeout = request_timeout_s
+        #: The namespace of the nodes' handoff Leases (``bind.handoff_namespace``; the
+        #: ``handoffs`` resource lists and watches it, handoffbook.py).
+        self.handoff_namespace = DEFAULT_HANDOFF_NAMESPACE
         #: Object calls on connections of our own (apiwrite.py) unless a proxy or netrc
         #: could change how the server is reached: then the official transport does all.
         self._writer: ApiWriter | None = None
@@ -294,6 +307,12 @@ class Kube:
             return self._resource.list_resource_claim_for_all_namespaces_without_preload_content
         if resource == "resourceslices":
             return self._resource.list_resource_slice_without_preload_content
+        if resource == "handoffs":
+            return functools.partial(
+                self._coordination.list_namespaced_lease_without_preload_content,
+                self.handoff_namespace,
+                label_selector=f"{HANDOFF_LEASE_LABEL}={HANDOFF_LEASE_ROLE}",
+            )
         return self._core.list_pod_for_all_namespaces_without_preload_content
 
     async def list(self, resource: Resource) -> tuple[list[Object], str]:
@@ -362,21 +381,59 @@ class Kube:
         )
         return result
 
-    async def patch_node_annotations(
-        self, name: str, annotations: Mapping[str, str | None], *, resource_version: str | None
-    ) -> Object:
-        """JSON merge patch of a node's annotations; with *resource_version*, compare-and-swap.
+    async def get_handoff_lease(self, node: str) -> Object:
+        """The node's handoff Lease (:class:`NotFound` when it has none yet)."""
+        name = handoff_lease_name(node)
+        result: Object = await self._call(
+            "GET",
+            _lease_path(self.handoff_namespace, name),
+            f"get the handoff Lease {self.handoff_namespace}/{name} of node {node}",
+        )
+        return result
 
-        A stale version raises :class:`Conflict` (research/k8s-apis.md §7.3).
-        """
-        meta: Object = {"annotations": dict(annotations)}
-        if resource_version:
-            meta["resourceVersion"] = resource_version
+    async def create_handoff_lease(
+        self, node: str, annotations: Mapping[str, str | None], *, owner_uid: str = ""
+    ) -> Object:
+        """Create the node's handoff Lease with *annotations* (:class:`Conflict` when it
+        exists: another writer created it first). With *owner_uid* (the Node's uid) the
+        garbage collector deletes it with the Node."""
+        name = handoff_lease_name(node)
+        meta: Object = {
+            "name": name,
+            "namespace": self.handoff_namespace,
+            "labels": {HANDOFF_LEASE_LABEL: HANDOFF_LEASE_ROLE},
+            "annotations": {k: v for k, v in annotations.items() if v is not None},
+        }
+        if owner_uid:
+            meta["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": owner_uid}
+            ]
+        result: Object = await self._call(
+            "POST",
+            _leases_path(self.handoff_namespace),
+            f"create the handoff Lease {self.handoff_namespace}/{name} of node {node}",
+            body={
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": meta,
+                "spec": {"holderIdentity": node},
+            },
+        )
+        return result
+
+    async def patch_handoff_lease(
+        self, node: str, annotations: Mapping[str, str | None], *, resource_version: str
+    ) -> Object:
+        """JSON merge patch of the node's handoff Lease's annotations, conditioned on
+        *resource_version* (:class:`Conflict` when stale, :class:`NotFound` when gone)."""
+        name = handoff_lease_name(node)
         result: Object = await self._call(
             "PATCH",
-            _node_path(name),
-            f"patch node {name}",
-            body={"metadata": meta},
+            _lease_path(self.handoff_namespace, name),
+            f"patch the handoff Lease {self.handoff_namespace}/{name} of node {node}",
+            body={
+                "metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)}
+            },
             content_type=_MERGE_PATCH,
         )
         return result

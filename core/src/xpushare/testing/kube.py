@@ -8,7 +8,8 @@ on every write, and compare-and-swap when a patch carries one (HTTP 409 otherwis
 core's own tests use a local fake API server with the real client instead.
 
 Helpers write what the scheduler would write at bind, with the codec: :meth:`bind` puts the
-assignment on a pod and the handoff on the node.
+assignment on a pod and the handoff in the node's handoff Lease (:attr:`InMemoryKube.lease`,
+``None`` until the first bind, as the scheduler creates it at its first bind there).
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ import copy
 import time
 from typing import TYPE_CHECKING, Any
 
-from xpushare.codec import ASSIGNMENT_KEY, HANDOFF_KEY, Handoff, encode_assignment, encode_handoff
+from xpushare.codec import (
+    ASSIGNMENT_KEY,
+    HANDOFF_KEY,
+    HANDOFF_LEASE_LABEL,
+    HANDOFF_LEASE_ROLE,
+    Handoff,
+    encode_assignment,
+    encode_handoff,
+    handoff_lease_name,
+)
 from xpushare.models import PodRef
 from xpushare.node.kube import KubeConflict, KubeError
 
@@ -59,6 +69,9 @@ class InMemoryKube:
             "metadata": {"name": node_name, "labels": dict(labels or {}), "annotations": {}},
         }
         self.pods: dict[tuple[str, str], JsonObject] = {}
+        #: The node's handoff Lease (None: not created yet).
+        self.lease: JsonObject | None = None
+        #: Every patch sent, of the node and of its handoff Lease, in order.
         self.patches: list[JsonObject] = []
         self._version = 0
         self._bump(self.node)
@@ -73,17 +86,29 @@ class InMemoryKube:
         return copy.deepcopy(self.node)
 
     async def patch_node(self, patch: JsonObject) -> JsonObject:
+        self.node = self._patched(self.node, patch, f"node {self.node_name}")
+        return copy.deepcopy(self.node)
+
+    async def get_handoff(self) -> JsonObject | None:
+        return copy.deepcopy(self.lease) if self.lease is not None else None
+
+    async def patch_handoff(self, patch: JsonObject) -> JsonObject | None:
+        if self.lease is None:
+            self.patches.append(copy.deepcopy(patch))
+            return None
+        self.lease = self._patched(self.lease, patch, f"the handoff Lease of {self.node_name}")
+        return copy.deepcopy(self.lease)
+
+    def _patched(self, obj: JsonObject, patch: JsonObject, what: str) -> JsonObject:
         self.patches.append(copy.deepcopy(patch))
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
-        if wanted is not None and wanted != self.node["metadata"]["resourceVersion"]:
-            raise KubeConflict(
-                f"patch node {self.node_name}: conflict (resourceVersion {wanted} is stale)", 409
-            )
+        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+            raise KubeConflict(f"patch {what}: conflict (resourceVersion {wanted} is stale)", 409)
         body = copy.deepcopy(patch)
         (body.get("metadata") or {}).pop("resourceVersion", None)
-        self.node = merge_patch(self.node, body)
-        self._bump(self.node)
-        return copy.deepcopy(self.node)
+        result: JsonObject = merge_patch(obj, body)
+        self._bump(result)
+        return result
 
     async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
         pod = self.pods.get((namespace, name))
@@ -105,6 +130,30 @@ class InMemoryKube:
     @property
     def labels(self) -> dict[str, str]:
         return dict(self.node["metadata"].get("labels") or {})
+
+    @property
+    def handoff_annotations(self) -> dict[str, str]:
+        """The annotations of the node's handoff Lease ({} when it has none)."""
+        if self.lease is None:
+            return {}
+        return dict(self.lease["metadata"].get("annotations") or {})
+
+    def set_handoff_annotations(self, annotations: dict[str, str | None]) -> None:
+        """Change the handoff Lease's annotations as the scheduler would (None removes one),
+        creating the Lease first if need be."""
+        if self.lease is None:
+            self.lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": handoff_lease_name(self.node_name),
+                    "labels": {HANDOFF_LEASE_LABEL: HANDOFF_LEASE_ROLE},
+                    "annotations": {},
+                },
+                "spec": {"holderIdentity": self.node_name},
+            }
+        self.lease = merge_patch(self.lease, {"metadata": {"annotations": annotations}})
+        self._bump(self.lease)
 
     def add_pod(
         self,
@@ -161,8 +210,5 @@ class InMemoryKube:
             now=time.time() if now is None else now,
             ttl_s=ttl_s,
         )
-        self.node["metadata"].setdefault("annotations", {})[HANDOFF_KEY] = encode_handoff(
-            handoff, node=self.node_name
-        )
-        self._bump(self.node)
+        self.set_handoff_annotations({HANDOFF_KEY: encode_handoff(handoff, node=self.node_name)})
         return handoff

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import aiohttp
 
-from xpushare.codec import HANDOFF_KEY, decode_handoff
+from xpushare.codec import HANDOFF_KEY, HANDOFF_LEASE_LABEL, HANDOFF_LEASE_ROLE, decode_handoff
 from xpushare.errors import CodecError
 from xpushare.scheduler.cluster import ClusterState
 from xpushare.scheduling import UsageLedger
@@ -207,9 +207,12 @@ class NodeAgents:
 
     def _pass(self) -> None:
         now = time.monotonic()
-        for obj in self.api.items("nodes"):
-            name = obj["metadata"]["name"]
-            raw = (obj["metadata"].get("annotations") or {}).get(HANDOFF_KEY)
+        for obj in self.api.items("leases"):
+            meta = obj["metadata"]
+            if (meta.get("labels") or {}).get(HANDOFF_LEASE_LABEL) != HANDOFF_LEASE_ROLE:
+                continue
+            name = (obj.get("spec") or {}).get("holderIdentity") or ""
+            raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
             if raw is None or name in self.never:
                 continue
             try:
@@ -236,7 +239,7 @@ class NodeAgents:
                 if annotations.get(HANDOFF_KEY) == raw:  # still the one we served
                     annotations.pop(HANDOFF_KEY, None)
 
-            self.api.modify("nodes", name, release)
+            self.api.modify("leases", meta["name"], release, meta.get("namespace"))
 
 
 def rebuilt_ledger(api: FakeApiServer) -> UsageLedger:

@@ -29,6 +29,7 @@ def raw_watch(
     *,
     timeout_s: int = 1,
     field_selector: str = "",
+    label_selector: str = "",
 ) -> None:
     """Follow the watch of *lister* (a list call of the Kubernetes client, e.g.
     ``core.list_node``) until *stop* is set, handing every event to *seen*.
@@ -47,6 +48,8 @@ def raw_watch(
             options["resource_version"] = version
         if field_selector:
             options["field_selector"] = field_selector
+        if label_selector:
+            options["label_selector"] = label_selector
         try:
             response = lister(_preload_content=False, **options)
             try:

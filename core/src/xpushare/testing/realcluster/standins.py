@@ -6,6 +6,7 @@ replicas (:class:`ReadyProxy`) and the node agents' release of a node's handoff
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import ssl
 import time
@@ -180,14 +181,15 @@ class HandoffReleaser:
     """Plays the node agents: releases a node's handoff once its pod is bound there.
 
     Why: /bind hands each pod to its node's agent through the ``xpushare.io/handoff``
-    annotation and waits for the previous one to be released before binding the next pod
-    to that node (DESIGN.md §6). No kubelet runs here, so no agent would ever allocate; this
-    removes the annotation (a JSON patch that tests its value first, so a newer handoff is
-    never taken away) once the pod it names is bound to the node, as an agent does after
-    kubelet's Allocate. ``served`` lists the (node, pod) pairs it released.
+    annotation of the node's handoff Lease (``handoff.<node>`` in *namespace*) and waits for
+    the previous one to be released before binding the next pod to that node (DESIGN.md §6).
+    No kubelet runs here, so no agent would ever allocate; this removes the annotation (a
+    JSON patch that tests its value first, so a newer handoff is never taken away) once the
+    pod it names is bound to the node, as an agent does after kubelet's Allocate.
+    ``served`` lists the (node, pod) pairs it released.
 
     It follows two watches (:func:`~xpushare.testing.realcluster.rawwatch.raw_watch`), of the
-    nodes (of *nodes* only, when given) and of the bound pods, read as raw JSON: in the
+    handoff Leases (of *nodes* only, when given) and of the bound pods, read as raw JSON: in the
     benchmark (benchmarks/bench_realcluster.py) this stand-in shares the cores with the
     control plane and our scheduler, and an earlier one, which let the Kubernetes client
     build model objects of every event and polled each pod every 10 ms, spent some 40 ms of
@@ -205,11 +207,17 @@ class HandoffReleaser:
     #: patch are milliseconds; a handoff whose pod is never bound costs the end this much).
     DRAIN_S = 2.0
 
-    def __init__(self, core: Any, nodes: set[str] | None = None, workers: int = 4) -> None:
+    def __init__(
+        self, core: Any, nodes: set[str] | None = None, workers: int = 4, *, namespace: str
+    ) -> None:
         import threading
         from concurrent.futures import ThreadPoolExecutor
 
+        from kubernetes import client
+
         self.core = core
+        self.leases = client.CoordinationV1Api(core.api_client)
+        self.namespace = namespace
         self.nodes = None if nodes is None else set(nodes)
         self.served: list[tuple[str, str]] = []
         self._stop = threading.Event()
@@ -226,7 +234,7 @@ class HandoffReleaser:
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="handoff-release")
         self._threads = [
             threading.Thread(target=self._follow, args=(kind,), name=f"handoff-{kind}", daemon=True)
-            for kind in ("nodes", "pods")
+            for kind in ("leases", "pods")
         ]
 
     def __enter__(self) -> HandoffReleaser:
@@ -249,8 +257,16 @@ class HandoffReleaser:
         self._pool.shutdown(wait=True)  # the releases queued still run: one patch each
 
     def _follow(self, kind: str) -> None:
-        if kind == "nodes":
-            raw_watch(self.core.list_node, self._node_event, self._stop, timeout_s=self.WATCH_S)
+        if kind == "leases":
+            from xpushare.codec import HANDOFF_LEASE_LABEL, HANDOFF_LEASE_ROLE
+
+            raw_watch(
+                functools.partial(self.leases.list_namespaced_lease, self.namespace),
+                self._lease_event,
+                self._stop,
+                timeout_s=self.WATCH_S,
+                label_selector=f"{HANDOFF_LEASE_LABEL}={HANDOFF_LEASE_ROLE}",
+            )
         else:
             # Bound pods only: a pod enters this selection (ADDED) when its Binding lands,
             # which is all a node agent waits for; the creates are half the pod events.
@@ -262,18 +278,18 @@ class HandoffReleaser:
                 field_selector="spec.nodeName!=",
             )
 
-    def _node_event(self, kind: str, node: dict[str, Any], meta: dict[str, Any]) -> None:
+    def _lease_event(self, kind: str, lease: dict[str, Any], meta: dict[str, Any]) -> None:
         if kind != "DELETED":
-            self._node_seen(node, meta)
+            self._lease_seen(lease, meta)
 
     def _pod_event(self, kind: str, pod: dict[str, Any], meta: dict[str, Any]) -> None:
         if kind != "DELETED":
             self._pod_seen(pod, meta)
 
-    def _node_seen(self, node: dict[str, Any], meta: dict[str, Any]) -> None:
+    def _lease_seen(self, lease: dict[str, Any], meta: dict[str, Any]) -> None:
         from xpushare.codec import HANDOFF_KEY, decode_handoff
 
-        name = meta.get("name", "")
+        name = (lease.get("spec") or {}).get("holderIdentity") or ""
         raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
         if raw is None or (self.nodes is not None and name not in self.nodes):
             return
@@ -326,7 +342,7 @@ class HandoffReleaser:
     def _patch(self, name: str, raw: str, pod: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        from xpushare.codec import HANDOFF_KEY
+        from xpushare.codec import HANDOFF_KEY, handoff_lease_name
 
         path = "/metadata/annotations/" + HANDOFF_KEY.replace("~", "~0").replace("/", "~1")
         test = {"op": "test", "path": path, "value": raw}
@@ -335,8 +351,11 @@ class HandoffReleaser:
         # again after a failed connection only until then.
         while True:
             try:
-                self.core.patch_node(
-                    name, [test, {"op": "remove", "path": path}], _preload_content=False
+                self.leases.patch_namespaced_lease(
+                    handoff_lease_name(name),
+                    self.namespace,
+                    [test, {"op": "remove", "path": path}],
+                    _preload_content=False,
                 ).read()
             except ApiException:
                 return  # already replaced (the test failed): not ours to release
