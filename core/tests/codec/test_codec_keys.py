@@ -114,3 +114,20 @@ def test_catalogue_is_read_only_and_keyed_by_our_vendor_names():
     assert all(name == keys.vendor for name, keys in HAMI_KEYS.items())
     with pytest.raises(TypeError):
         HAMI_KEYS["x"] = HAMI_KEYS["nvidia"]  # type: ignore[index]
+
+
+def test_a_handoff_lease_is_named_after_its_node_and_a_long_name_is_digested():
+    from xpushare.codec import handoff_lease_name
+
+    assert handoff_lease_name("gpu-1.example.com") == "handoff.gpu-1.example.com"
+    # Node names are DNS subdomains of up to 253 characters; with the prefix a long one
+    # would not be a valid Lease name, so it is digested (still one name per node).
+    long_a = ".".join(["a" * 63] * 3) + "." + "b" * 61
+    long_b = long_a[:-1] + "c"
+    assert len(long_a) == 253
+    names = {handoff_lease_name(long_a), handoff_lease_name(long_b)}
+    assert len(names) == 2
+    for name in names:
+        assert name.startswith("handoff-") and len(name) <= 253
+    assert handoff_lease_name("x" * 245) == "handoff." + "x" * 245
+    assert handoff_lease_name("x" * 246).startswith("handoff-")

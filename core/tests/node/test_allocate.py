@@ -30,7 +30,7 @@ async def test_allocate_serves_the_assignment_and_releases_the_handoff(plugin_di
             "XPUSHARE_MOCK_MEMORY_LIMIT_0": "8000m",
             "XPUSHARE_MOCK_CORE_LIMIT_0": "30",
         }
-        assert HANDOFF_KEY not in run.kube.annotations
+        assert HANDOFF_KEY not in run.kube.handoff_annotations
 
 
 async def test_each_container_gets_its_own_slices(plugin_dir):
@@ -69,14 +69,14 @@ async def test_each_container_gets_its_own_slices(plugin_dir):
             "3000m",
             "6000m",
         ]
-        assert HANDOFF_KEY not in run.kube.annotations
+        assert HANDOFF_KEY not in run.kube.handoff_annotations
 
 
 async def test_without_a_handoff_the_pending_pod_is_found_by_listing(plugin_dir):
     async with running(plugin_dir) as run:
         pod = run.kube.add_pod("late")
         run.kube.bind(pod, one_slice(dev(2)))
-        run.kube.node["metadata"]["annotations"].pop(HANDOFF_KEY)
+        run.kube.set_handoff_annotations({HANDOFF_KEY: None})
         result = await run.kubelet.admit_pod(pod.uid, [ContainerSpec("main", {RESOURCE: 1})])
         assert result["main"].envs["XPUSHARE_MOCK_VISIBLE_DEVICES"] == dev(2)
 
@@ -86,9 +86,9 @@ async def test_an_expired_handoff_is_not_trusted(plugin_dir):
         stale = run.kube.add_pod("stale", phase="Running")
         run.kube.bind(stale, one_slice(dev(0)), now=1.0, ttl_s=1.0)  # expired long ago
         fresh = run.kube.add_pod("fresh")
-        handoff = run.kube.node["metadata"]["annotations"][HANDOFF_KEY]
+        handoff = run.kube.handoff_annotations[HANDOFF_KEY]
         run.kube.bind(fresh, one_slice(dev(4)))
-        run.kube.node["metadata"]["annotations"][HANDOFF_KEY] = handoff  # the stale one again
+        run.kube.set_handoff_annotations({HANDOFF_KEY: handoff})  # the stale one again
         result = await run.kubelet.admit_pod(fresh.uid, [ContainerSpec("main", {RESOURCE: 1})])
         assert result["main"].envs["XPUSHARE_MOCK_VISIBLE_DEVICES"] == dev(4)
 
@@ -97,12 +97,11 @@ async def test_a_handoff_of_a_deposed_scheduler_term_is_not_trusted(plugin_dir):
     async with running(plugin_dir) as run:
         stale = run.kube.add_pod("stale", phase="Running")
         run.kube.bind(stale, one_slice(dev(0)))
-        handoff = run.kube.node["metadata"]["annotations"][HANDOFF_KEY]
+        handoff = run.kube.handoff_annotations[HANDOFF_KEY]
         fresh = run.kube.add_pod("fresh")
         run.kube.bind(fresh, one_slice(dev(4)))
-        # The node was written by term 3 since; the handoff (term 0) is a deposed leader's.
-        run.kube.node["metadata"]["annotations"][HANDOFF_KEY] = handoff
-        run.kube.node["metadata"]["annotations"][TERM_KEY] = "3"
+        # The Lease was written by term 3 since; the handoff (term 0) is a deposed leader's.
+        run.kube.set_handoff_annotations({HANDOFF_KEY: handoff, TERM_KEY: "3"})
         result = await run.kubelet.admit_pod(fresh.uid, [ContainerSpec("main", {RESOURCE: 1})])
         assert result["main"].envs["XPUSHARE_MOCK_VISIBLE_DEVICES"] == dev(4)
 
@@ -111,10 +110,10 @@ async def test_a_handoff_claiming_a_year_of_life_is_read_with_the_longest_lifeti
     async with running(plugin_dir) as run:
         stale = run.kube.add_pod("stale", phase="Running")
         run.kube.bind(stale, one_slice(dev(0)), now=time.time() - 200, ttl_s=365 * 86400.0)
-        handoff = run.kube.node["metadata"]["annotations"][HANDOFF_KEY]
+        handoff = run.kube.handoff_annotations[HANDOFF_KEY]
         fresh = run.kube.add_pod("fresh")
         run.kube.bind(fresh, one_slice(dev(4)))
-        run.kube.node["metadata"]["annotations"][HANDOFF_KEY] = handoff
+        run.kube.set_handoff_annotations({HANDOFF_KEY: handoff})
         result = await run.kubelet.admit_pod(fresh.uid, [ContainerSpec("main", {RESOURCE: 1})])
         assert result["main"].envs["XPUSHARE_MOCK_VISIBLE_DEVICES"] == dev(4)
 
@@ -143,7 +142,7 @@ async def test_devices_other_than_the_assignment_are_refused(plugin_dir):
         details = info.value.details()
         assert "default/picky" in details and NODE in details
         assert dev(3) in details and dev(1) in details
-        assert HANDOFF_KEY in run.kube.annotations  # nothing was served, nothing released
+        assert HANDOFF_KEY in run.kube.handoff_annotations  # nothing was served, nothing released
 
 
 async def test_ids_that_are_not_ours_are_invalid(plugin_dir):
@@ -184,11 +183,11 @@ async def test_handoff_is_released_only_when_every_vendor_allocated(plugin_dir):
         pod = run.kube.add_pod("both")
         run.kube.bind(pod, assignment)
         await run.kubelet.allocate(RESOURCE, [f"{dev(0)}::3"])
-        handoff = decode_handoff(run.kube.annotations[HANDOFF_KEY])
+        handoff = decode_handoff(run.kube.handoff_annotations[HANDOFF_KEY])
         assert handoff.allocated == ("mock",)
         response = await run.kubelet.allocate(acme.resource, ["ACME-1::0"])
         assert dict(response.container_responses[0].envs) == {"ACME_VISIBLE_DEVICES": "ACME-1"}
-        assert HANDOFF_KEY not in run.kube.annotations
+        assert HANDOFF_KEY not in run.kube.handoff_annotations
 
 
 async def test_a_hung_vendor_library_gets_an_error_within_the_deadline(plugin_dir):

@@ -125,12 +125,14 @@ async def test_an_expired_handoff_is_removed(plugin_dir):
 
     kube = InMemoryKube(NODE)
     old = Handoff.begin(PodRef(name="ghost", uid="u1"), ["mock"], now=time.time() - 120, ttl_s=30)
-    kube.node["metadata"]["annotations"][HANDOFF_KEY] = encode_handoff(old)
+    kube.set_handoff_annotations({HANDOFF_KEY: encode_handoff(old)})
     async with running(plugin_dir, kube=kube, reconcile_interval_s=0.02) as run:
-        await eventually(lambda: HANDOFF_KEY not in run.kube.annotations, "handoff repaired")
+        await eventually(
+            lambda: HANDOFF_KEY not in run.kube.handoff_annotations, "handoff repaired"
+        )
         # A current one is left alone.
         fresh = Handoff.begin(PodRef(name="real", uid="u2"), ["mock"], now=time.time(), ttl_s=30)
-        run.kube.node["metadata"]["annotations"][HANDOFF_KEY] = encode_handoff(fresh)
+        run.kube.set_handoff_annotations({HANDOFF_KEY: encode_handoff(fresh)})
         published = run.agent.publisher.published
         await eventually(lambda: run.agent.publisher.published > published + 2, "passes")
-        assert HANDOFF_KEY in run.kube.annotations
+        assert HANDOFF_KEY in run.kube.handoff_annotations

@@ -12,6 +12,7 @@ from xpushare.codec import (
     decode_inventory,
     encode_assignment,
     encode_handoff,
+    handoff_lease_name,
 )
 from xpushare.models import PodRef
 from xpushare.node import KubeClient
@@ -19,6 +20,8 @@ from xpushare.testing.kubelet import ContainerSpec
 
 NODES = resource("", "v1", "nodes")
 PODS = resource("", "v1", "pods")
+LEASES = resource("coordination.k8s.io", "v1", "leases")
+HANDOFF_NAMESPACE = "gpu-system"
 
 
 def add_node(kmock, annotations=None):
@@ -46,6 +49,24 @@ def add_pod(kmock, name, node=NODE, phase="Pending", annotations=None):
 
 def node_annotations(kmock):
     return dict(kmock.objects[NODES, None, NODE]["metadata"].get("annotations") or {})
+
+
+def add_handoff_lease(kmock, annotations):
+    kmock.objects[LEASES, HANDOFF_NAMESPACE, handoff_lease_name(NODE)] = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": handoff_lease_name(NODE),
+            "namespace": HANDOFF_NAMESPACE,
+            "annotations": dict(annotations),
+        },
+        "spec": {"holderIdentity": NODE},
+    }
+
+
+def lease_annotations(kmock):
+    lease = kmock.objects[LEASES, HANDOFF_NAMESPACE, handoff_lease_name(NODE)]
+    return dict(lease["metadata"].get("annotations") or {})
 
 
 async def test_reads_and_merge_patches_its_node(kmock):
@@ -81,7 +102,7 @@ async def test_reads_pods_and_lists_only_its_nodes_pods(kmock):
 
 async def test_agent_publishes_and_allocates_through_the_real_client(kmock, plugin_dir):
     add_node(kmock)
-    client = KubeClient.for_host(NODE, str(kmock.url))
+    client = KubeClient.for_host(NODE, str(kmock.url), handoff_namespace=HANDOFF_NAMESPACE)
     try:
         async with running(plugin_dir, kube=client) as run:
             key = "xpushare.io/inventory-mock"
@@ -95,11 +116,13 @@ async def test_agent_publishes_and_allocates_through_the_real_client(kmock, plug
             assignment = one_slice(f"MOCK-{NODE}-3", memory=2048, compute=20)
             add_pod(kmock, "job", annotations={ASSIGNMENT_KEY: encode_assignment(assignment)})
             handoff = Handoff.begin(pod, ["mock"], now=time.time(), ttl_s=30)
-            await client.patch_node(
-                {"metadata": {"annotations": {HANDOFF_KEY: encode_handoff(handoff)}}}
-            )
+            add_handoff_lease(kmock, {HANDOFF_KEY: encode_handoff(handoff)})
             result = await run.kubelet.admit_pod(pod.uid, [ContainerSpec("main", {RESOURCE: 1})])
             assert result["main"].envs["XPUSHARE_MOCK_MEMORY_LIMIT_0"] == "2048m"
-            assert HANDOFF_KEY not in node_annotations(kmock)
+            # Released in the Lease of its namespace, with a merge patch on the version read.
+            assert HANDOFF_KEY not in lease_annotations(kmock)
+            (patch,) = [r for r in kmock["patch"] if "/leases/" in str(r.url)]
+            assert f"/namespaces/{HANDOFF_NAMESPACE}/leases/handoff.{NODE}" in str(patch.url)
+            assert patch.headers["Content-Type"] == "application/merge-patch+json"
     finally:
         client.close()

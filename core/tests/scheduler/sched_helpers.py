@@ -96,7 +96,19 @@ class Running:
         def seen() -> bool:
             for informer in self.scheduler.informers:
                 version = int(informer.version or 0)
-                if version < api.last_version(informer.resource):
+                if informer.resource == "handoffs":
+                    # The leader's Lease shares the plural: only the handoff Leases count.
+                    latest = max(
+                        (
+                            int(o["metadata"]["resourceVersion"])
+                            for o in api.items("leases")
+                            if o["metadata"].get("name", "").startswith("handoff")
+                        ),
+                        default=0,
+                    )
+                else:
+                    latest = api.last_version(informer.resource)
+                if version < latest:
                     return False
             return True
 
@@ -153,7 +165,8 @@ def assignment_of(api: FakeApiServer, name: str, namespace: str = "default") -> 
 class DevicePlugin:
     """Plays the node agents: releases a node's handoff once its pod is bound there.
 
-    It edits the node through the fake API server, as another writer would, after *delay_s*.
+    It edits the node's handoff Lease through the fake API server, as another writer would,
+    after *delay_s*.
     """
 
     def __init__(self, api: FakeApiServer, delay_s: float = 0.0) -> None:
@@ -164,9 +177,10 @@ class DevicePlugin:
 
     async def _run(self) -> None:
         while True:
-            for (plural, _, name), obj in list(self.api.objects.items()):
-                if plural != "nodes":
+            for (plural, namespace, lease), obj in list(self.api.objects.items()):
+                if plural != "leases":
                     continue
+                name = (obj.get("spec") or {}).get("holderIdentity") or ""
                 raw = obj["metadata"].get("annotations", {}).get(HANDOFF_KEY)
                 if raw is None:
                     continue
@@ -181,7 +195,7 @@ class DevicePlugin:
                 def release(o: dict[str, Any]) -> None:
                     o["metadata"]["annotations"].pop(HANDOFF_KEY, None)
 
-                self.api.modify("nodes", name, release)
+                self.api.modify("leases", lease, release, namespace)
             await asyncio.sleep(0.002)
 
     def __enter__(self) -> DevicePlugin:
