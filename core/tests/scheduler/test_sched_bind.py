@@ -15,10 +15,11 @@ from sched_helpers import (
 
 from xpushare.codec import HANDOFF_KEY, Handoff, decode_handoff, encode_handoff
 from xpushare.models import PodRef
+from xpushare.testing.handoffs import handoff_lease, handoff_value, set_handoff
 
 
 def handoff_on(api, node):
-    raw = api.get("nodes", node)["metadata"].get("annotations", {}).get(HANDOFF_KEY)
+    raw = handoff_value(api, node)
     return decode_handoff(raw) if raw else None
 
 
@@ -29,10 +30,16 @@ async def test_bind_writes_handoff_then_one_binding_with_the_assignment(api, sch
     first_write = len(api.requests)
     assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
     writes = [r for r in api.requests[first_write:] if r.method != "GET"]
-    # The handoff: a merge patch of the node that carries the version it read.
-    assert writes[0].method == "PATCH" and writes[0].resource == "nodes"
-    assert writes[0].content_type.startswith("application/merge-patch+json")
-    assert writes[0].body["metadata"]["resourceVersion"]
+    # The handoff: the node's first, so its Lease is created (owned by the Node, so the
+    # garbage collector deletes it with the Node); the Node itself is not written.
+    assert writes[0].method == "POST" and writes[0].resource == "leases"
+    assert writes[0].path == "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    lease = handoff_lease(api, "node-0")
+    assert lease["spec"]["holderIdentity"] == "node-0"
+    assert lease["metadata"]["labels"] == {"xpushare.io/role": "handoff"}
+    (owner,) = lease["metadata"]["ownerReferences"]
+    assert owner["kind"] == "Node" and owner["uid"] == api.get("nodes", "node-0")["metadata"]["uid"]
+    assert not [w for w in writes if w.resource == "nodes"]
     # The pod: exactly one write, the Binding, carrying the assignment annotation.
     pod_writes = [w for w in writes if w.resource == "pods"]
     assert len(pod_writes) == 1
@@ -53,6 +60,23 @@ async def test_bind_writes_handoff_then_one_binding_with_the_assignment(api, sch
     reasons = [w.body["reason"] for w in api.writes("events")]
     assert reasons == ["DevicesAssigned"]
     assert "node-0" in api.writes("events")[0].body["message"]
+    # A later handoff on the node is a merge patch of the Lease carrying the version it read.
+    api.modify(
+        "leases",
+        "handoff.node-0",
+        lambda o: o["metadata"]["annotations"].pop(HANDOFF_KEY),
+        "kube-system",
+    )
+    q = create_pod(api, gpu_pod("q", gpu="1"))
+    await sched.settle(api)
+    first_write = len(api.requests)
+    assert (await sched.post(http, "bind", bind_args(q, "node-0"))) == {"Error": ""}
+    writes = [r for r in api.requests[first_write:] if r.method != "GET"]
+    assert writes[0].method == "PATCH" and writes[0].resource == "leases"
+    assert writes[0].path.endswith("/namespaces/kube-system/leases/handoff.node-0")
+    assert writes[0].content_type.startswith("application/merge-patch+json")
+    assert writes[0].body["metadata"]["resourceVersion"]
+    assert handoff_on(api, "node-0").pod.name == "q"
 
 
 async def test_second_bind_waits_for_the_node_and_burst_binds_in_order(api, sched, http):
@@ -102,11 +126,7 @@ async def test_expired_handoff_is_replaced_at_bind(api, scheduler_factory, http)
         since=1.0,
         expires=2.0,
     )
-    api.modify(
-        "nodes",
-        "node-0",
-        lambda o: o["metadata"]["annotations"].__setitem__(HANDOFF_KEY, encode_handoff(stale)),
-    )
+    set_handoff(api, "node-0", {HANDOFF_KEY: encode_handoff(stale)})
     p = create_pod(api, gpu_pod("p", gpu="1"))
     await sched.settle(api)
     assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
@@ -120,21 +140,14 @@ async def test_orphaned_handoffs_are_repaired_without_a_bind(api, sched, http):
     assert (await sched.post(http, "bind", bind_args(live, "node-2"))) == {"Error": ""}
 
     def put(node, handoff):
-        api.modify(
-            "nodes",
-            node,
-            lambda o: o["metadata"]["annotations"].__setitem__(HANDOFF_KEY, handoff),
-        )
+        set_handoff(api, node, {HANDOFF_KEY: handoff})
 
     now = __import__("time").time()
     gone = Handoff.begin(PodRef(name="deleted-pod", uid="u1"), ["mock"], now=now, ttl_s=60)
     put("node-0", encode_handoff(gone))
     put("node-1", "{not json")
     await api.wait_for(
-        lambda: (
-            handoff_on(api, "node-0") is None
-            and HANDOFF_KEY not in api.get("nodes", "node-1")["metadata"]["annotations"]
-        )
+        lambda: handoff_on(api, "node-0") is None and handoff_value(api, "node-1") is None
     )
     # The live handoff (pod bound, not yet allocated) is kept.
     assert handoff_on(api, "node-2").pod.name == "live"

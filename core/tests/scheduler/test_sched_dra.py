@@ -434,6 +434,7 @@ async def test_without_dra_enabled_claims_are_not_watched(api):
             "nodes",
             "pods",
             "resourcequotas",
+            "handoffs",
         }
         assert usage(running, "n1", "MOCK-n1-0") == (0, 0, 0)
     finally:

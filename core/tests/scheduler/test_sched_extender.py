@@ -12,8 +12,10 @@ from sched_helpers import (
     gpu_pod,
 )
 
+from xpushare.codec import HANDOFF_KEY
 from xpushare.scheduling import PodRequest
 from xpushare.testing.apiserver import pod
+from xpushare.testing.handoffs import set_handoff
 
 
 async def test_filter_node_names_sorts_fit_full_and_unresolvable(api, sched, http):
@@ -26,11 +28,7 @@ async def test_filter_node_names_sorts_fit_full_and_unresolvable(api, sched, htt
         p = create_pod(api, gpu_pod(f"hog-{i}", gpu="1", cores="100"))
         result = await sched.post(http, "bind", bind_args(p, "node-0"))
         assert result == {"Error": ""}
-        api.modify(
-            "nodes",
-            "node-0",
-            lambda o: o["metadata"]["annotations"].pop("xpushare.io/handoff", None),
-        )
+        set_handoff(api, "node-0", {HANDOFF_KEY: None})  # its agent served it
     want = create_pod(api, gpu_pod("want", gpu="1", mem="40000"))
     await sched.scheduler.events.flush()  # the binds' events are sent in the background
     writes_before = len(api.writes())
