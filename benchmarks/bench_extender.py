@@ -36,7 +36,14 @@ GPUS = 8
 
 def _cluster(queue: Any, nodes: int, bursts: int) -> None:
     """Child process: the API server with the cluster, and the simulated device plugin."""
-    from xpushare.codec import HANDOFF_KEY, decode_handoff, encode_assignment, encode_inventory
+    from xpushare.codec import (
+        DEFAULT_HANDOFF_NAMESPACE,
+        HANDOFF_KEY,
+        decode_handoff,
+        encode_assignment,
+        encode_inventory,
+        handoff_lease_name,
+    )
     from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
     from xpushare.plugins.builtin.mock import parse_spec
     from xpushare.testing.apiserver import FakeApiServer, node, pod
@@ -91,14 +98,15 @@ def _cluster(queue: Any, nodes: int, bursts: int) -> None:
         while True:  # the device plugins of the burst nodes
             for b in range(bursts):
                 name = BURST_NODE.format(b)
-                current = api.objects[("nodes", None, name)]
-                raw = current["metadata"]["annotations"].get(HANDOFF_KEY)
+                lease = handoff_lease_name(name)
+                current = api.objects.get(("leases", DEFAULT_HANDOFF_NAMESPACE, lease))
+                raw = (current or {}).get("metadata", {}).get("annotations", {}).get(HANDOFF_KEY)
                 if raw is None:
                     continue
                 handoff = decode_handoff(raw)
                 target = api.objects.get(("pods", handoff.pod.namespace, handoff.pod.name))
                 if target is not None and target["spec"].get("nodeName") == name:
-                    api.modify("nodes", name, release)
+                    api.modify("leases", lease, release, DEFAULT_HANDOFF_NAMESPACE)
             await asyncio.sleep(0.001)
 
     asyncio.run(main())

@@ -39,7 +39,14 @@ import aiohttp
 from aiohttp import web
 from kmock import KubernetesEmulator, Server, resource
 
-from xpushare.codec import ASSIGNMENT_KEY, HANDOFF_KEY, Handoff, encode_assignment, encode_handoff
+from xpushare.codec import (
+    ASSIGNMENT_KEY,
+    HANDOFF_KEY,
+    Handoff,
+    encode_assignment,
+    encode_handoff,
+    handoff_lease_name,
+)
 from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment, PodRef
 from xpushare.node import KubeClient, NodeAgent, NodeConfig
 from xpushare.plugins import HostSettings, PluginHost
@@ -81,11 +88,13 @@ def mock_host() -> PluginHost:
 
 
 class TinyApiServer:
-    """Nodes and pods in dicts behind the three URL shapes the agent uses: an API server
-    whose answer time does not grow with the number of writes."""
+    """Nodes, handoff Leases and pods in dicts behind the URL shapes the agent uses: an API
+    server whose answer time does not grow with the number of writes."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, dict[str, Any]] = {}
+        #: Handoff Leases by name (any namespace: the agent asks for its own only).
+        self.leases: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.runner: web.AppRunner | None = None
         self.url = ""
@@ -94,6 +103,9 @@ class TinyApiServer:
         app = web.Application()
         app.router.add_get("/api/v1/nodes/{name}", self._get_node)
         app.router.add_patch("/api/v1/nodes/{name}", self._patch_node)
+        leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}"
+        app.router.add_get(leases, self._get_lease)
+        app.router.add_patch(leases, self._patch_lease)
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
         app.router.add_get("/api/v1/pods", self._list_pods)
         self.runner = web.AppRunner(app, access_log=None)
@@ -117,6 +129,19 @@ class TinyApiServer:
         patch.get("metadata", {}).pop("resourceVersion", None)
         self.nodes[name] = merge_patch(self.nodes[name], patch)
         return web.json_response(self.nodes[name])
+
+    async def _get_lease(self, request: web.Request) -> web.Response:
+        lease = self.leases.get(request.match_info["name"])
+        return web.json_response(lease) if lease else web.json_response({}, status=404)
+
+    async def _patch_lease(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.leases:
+            return web.json_response({}, status=404)
+        patch = await request.json()
+        patch.get("metadata", {}).pop("resourceVersion", None)
+        self.leases[name] = merge_patch(self.leases[name], patch)
+        return web.json_response(self.leases[name])
 
     async def _get_pod(self, request: web.Request) -> web.Response:
         pod = self.pods.get((request.match_info["ns"], request.match_info["name"]))
@@ -172,7 +197,13 @@ async def bench_allocate(pods: int, restarts: int) -> None:
                     "status": {"phase": "Pending"},
                 }
                 handoff = Handoff.begin(ref, ["mock"], now=time.time(), ttl_s=30)
-                api.nodes[NODE]["metadata"]["annotations"][HANDOFF_KEY] = encode_handoff(handoff)
+                api.leases[handoff_lease_name(NODE)] = {
+                    "metadata": {
+                        "name": handoff_lease_name(NODE),
+                        "annotations": {HANDOFF_KEY: encode_handoff(handoff)},
+                    },
+                    "spec": {"holderIdentity": NODE},
+                }
                 available = [d for d, h in kubelet.devices(RESOURCE).items() if h == "Healthy"]
                 start = time.perf_counter()
                 picked = await kubelet.get_preferred_allocation(RESOURCE, available, [], 1)

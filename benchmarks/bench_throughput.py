@@ -79,7 +79,13 @@ def _cluster(
     queue: Any, vendor: str, nodes: int, pods: int, mig: bool = False, pod_policies: bool = False
 ) -> None:
     """Child process: the API server, the fleet, the pending pods, the node agents."""
-    from xpushare.codec import HANDOFF_KEY, encode_inventory, inventory_key
+    from xpushare.codec import (
+        DEFAULT_HANDOFF_NAMESPACE,
+        HANDOFF_KEY,
+        encode_inventory,
+        handoff_lease_name,
+        inventory_key,
+    )
     from xpushare.testing.apiserver import FakeApiServer, RecordedRequest, node, pod
 
     gpu, mem = RESOURCES[vendor]
@@ -108,7 +114,9 @@ def _cluster(
             def change(obj: dict[str, Any]) -> None:
                 obj["metadata"]["annotations"].pop(HANDOFF_KEY, None)
 
-            api.modify("nodes", node_name, change)
+            lease = handoff_lease_name(node_name)
+            if api.get("leases", lease, DEFAULT_HANDOFF_NAMESPACE) is not None:
+                api.modify("leases", lease, change, DEFAULT_HANDOFF_NAMESPACE)
 
         async def after_binding(request: RecordedRequest) -> None:
             target = ((request.body or {}).get("target") or {}).get("name")

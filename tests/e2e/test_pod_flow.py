@@ -35,7 +35,7 @@ async def test_a_pod_flows_from_webhook_to_allocate_and_gives_its_share_back() -
         assert bound["spec"].get("schedulerName")
         assert bound["spec"]["nodeName"] == NODE
         assignment = decode_assignment(bound["metadata"]["annotations"]["xpushare.io/assignment"])
-        assert HANDOFF_KEY in flow.node_annotations()
+        assert HANDOFF_KEY in flow.handoff_annotations()
 
         # 2. kubelet admits it (the container's device-plugin limits, as kubelet reads them):
         # Allocate gives the container its assignment.
@@ -47,7 +47,7 @@ async def test_a_pod_flows_from_webhook_to_allocate_and_gives_its_share_back() -
         assert envs["XPUSHARE_MOCK_MEMORY_LIMIT_0"] == f"{device.memory_mib}m"
         assert device.memory_mib == 80 * 1024
         # 3. The handoff is released.
-        await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.node_annotations(), 5)
+        await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.handoff_annotations(), 5)
 
         # 4. The device is full: a second such pod does not fit...
         second = flow.create(await flow.admit(pod("eval", limits={GPU: "1", MEM: str(80 * 1024)})))

@@ -22,6 +22,7 @@ from nvidia_fake import FakeNvidia
 from realkit import (
     GROUP_LABEL,
     PODS_NAMESPACE,
+    SYSTEM_NAMESPACE,
     Installed,
     agent_kubeconfig,
     eventually,
@@ -70,7 +71,11 @@ class GpuNode:
 def gpu_node(installed: Installed, fake_nvidia: FakeNvidia) -> Iterator[GpuNode]:
     fake_nvidia.fake.add_gpus(2)
     with KubeletNode(installed.plane, NODE, labels={GROUP_LABEL: GROUP}) as node:
-        kube = KubeClient.from_environment(NODE, kubeconfig=str(agent_kubeconfig(installed, NODE)))
+        kube = KubeClient.from_environment(
+            NODE,
+            kubeconfig=str(agent_kubeconfig(installed, NODE)),
+            handoff_namespace=SYSTEM_NAMESPACE,
+        )
         host = fake_nvidia.host(NODE, mock=(mock, {"devices": "2x A100-80GB"}))
         with AgentThread(config_for(node), host, kube) as agent:
             yield GpuNode(installed, node, agent, fake_nvidia.hami_dir)
@@ -130,7 +135,8 @@ def test_kubelet_admits_a_pod_and_the_runtime_gets_hami_core(gpu_node: GpuNode) 
     # allocated the one it chose (Allocate names no pod: the handoff says which it is).
     assert gpu_node.allocations("nvidia", "preferred") > preferred
     assert gpu_node.allocations("nvidia", "allocate") > allocated
-    assert eventually(lambda: HANDOFF_KEY not in _annotations(installed))
+    # Released by the agent, under the chart's RBAC and policy, in the node's handoff Lease.
+    assert eventually(lambda: HANDOFF_KEY not in _handoff_annotations(installed))
 
     (record,) = gpu_node.node.containers(PODS_NAMESPACE, "dp-train")
     config = record["request"]["config"]
@@ -201,8 +207,14 @@ def test_kubelet_restart_our_plugins_register_again_and_the_pod_keeps_its_device
     assert eventually(lambda: gone(installed, "dp-keep"), KUBELET_WAIT_S)
 
 
-def _annotations(installed: Installed) -> dict[str, str]:
-    return installed.core.read_node(NODE).metadata.annotations or {}
+def _handoff_annotations(installed: Installed) -> dict[str, str]:
+    from kubernetes import client
+
+    from xpushare.codec import handoff_lease_name
+
+    leases = client.CoordinationV1Api(installed.core.api_client)
+    lease = leases.read_namespaced_lease(handoff_lease_name(NODE), SYSTEM_NAMESPACE)
+    return lease.metadata.annotations or {}
 
 
 def _deadline() -> float:

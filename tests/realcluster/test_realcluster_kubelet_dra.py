@@ -22,6 +22,7 @@ from nvidia_fake import FakeNvidia
 from realkit import (
     GROUP_LABEL,
     PODS_NAMESPACE,
+    SYSTEM_NAMESPACE,
     Installed,
     agent_kubeconfig,
     eventually,
@@ -64,7 +65,11 @@ class DraNode:
 def dra_node(installed: Installed, fake_nvidia: FakeNvidia) -> Iterator[DraNode]:
     fake_nvidia.fake.add_gpus(2)
     with KubeletNode(installed.plane, NODE, labels={GROUP_LABEL: GROUP}) as node:
-        kube = KubeClient.from_environment(NODE, kubeconfig=str(agent_kubeconfig(installed, NODE)))
+        kube = KubeClient.from_environment(
+            NODE,
+            kubeconfig=str(agent_kubeconfig(installed, NODE)),
+            handoff_namespace=SYSTEM_NAMESPACE,
+        )
         config = config_for(node, mode="dra")
         with AgentThread(config, fake_nvidia.host(NODE), kube) as agent:
             yield DraNode(installed, node, agent, config.cdi_dir)

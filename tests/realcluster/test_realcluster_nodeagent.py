@@ -53,7 +53,9 @@ async def test_agent_publishes_its_inventory_with_least_privilege(
     kubeconfig = installed.plane.token_kubeconfig(
         SYSTEM_NAMESPACE, AGENT_ACCOUNT, pod=(pod.metadata.name, pod.metadata.uid)
     )
-    kube = KubeClient.from_environment(name, kubeconfig=str(kubeconfig))
+    kube = KubeClient.from_environment(
+        name, kubeconfig=str(kubeconfig), handoff_namespace=SYSTEM_NAMESPACE
+    )
     host = vendor_host("mock", mock, {"devices": "2x A100-80GB"}, node_name=name)
     key = inventory_key("mock")
 

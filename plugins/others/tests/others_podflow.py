@@ -20,7 +20,7 @@ WAIT_S = 5.0
 
 async def handoff_released(flow: PodFlow) -> None:
     """Wait until the node agent has released the handoff /bind wrote (after Allocate)."""
-    await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.node_annotations(), WAIT_S)
+    await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.handoff_annotations(), WAIT_S)
 
 
 async def refused_then_fits_after_delete(

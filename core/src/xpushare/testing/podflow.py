@@ -38,6 +38,7 @@ from xpushare.node import KubeClient
 from xpushare.scheduler import Scheduler, load_config
 from xpushare.scheduler.kube import Kube, KubeSettings
 from xpushare.testing.apiserver import FakeApiServer, json_patch, node
+from xpushare.testing.handoffs import handoff_annotations
 from xpushare.testing.kubelet import ContainerResult, ContainerSpec, FakeKubelet
 from xpushare.testing.nodeagent import RunningAgent, run_node_agent, short_socket_dir
 
@@ -172,6 +173,11 @@ class PodFlow:
         current = self.api.get("nodes", self.node_name) or {}
         annotations: dict[str, str] = current.get("metadata", {}).get("annotations") or {}
         return annotations
+
+    def handoff_annotations(self) -> dict[str, str]:
+        """The annotations of the node's handoff Lease ({} before the first bind): where
+        /bind writes ``xpushare.io/handoff`` and Allocate releases it."""
+        return handoff_annotations(self.api, self.node_name)
 
     # -- the steps of a pod ------------------------------------------------------------------
 

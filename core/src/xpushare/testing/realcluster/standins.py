@@ -351,12 +351,14 @@ class HandoffReleaser:
         # again after a failed connection only until then.
         while True:
             try:
-                self.leases.patch_namespaced_lease(
+                # Not a V1Lease: without preloaded content the client answers the response.
+                response: Any = self.leases.patch_namespaced_lease(
                     handoff_lease_name(name),
                     self.namespace,
                     [test, {"op": "remove", "path": path}],
                     _preload_content=False,
-                ).read()
+                )
+                response.read()
             except ApiException:
                 return  # already replaced (the test failed): not ours to release
             except Exception:  # the API server restarting: try again
