@@ -480,7 +480,7 @@ class Allocator:
             # fencing): its pod cannot have been bound by it, so it is not the one served.
             log.warning(
                 "%s: ignoring the handoff of pod %s: written under scheduler term %d, the "
-                "node carries term %d",
+                "handoff Lease carries term %d",
                 what,
                 handoff.pod,
                 handoff.term,

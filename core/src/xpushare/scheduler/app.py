@@ -439,9 +439,10 @@ class Scheduler:
             self._reported.clear()
         self._reported[ident] = message
         self.metrics.annotation_errors.labels(kind=kind, key=key).inc()
-        if kind in ("resourceclaim", "resourceslice"):
+        if kind in ("resourceclaim", "resourceslice", "lease"):
             # The message names the object; no Event: those would need its API group, and
-            # a claim's author reads kube-scheduler's own events about it.
+            # a claim's author reads kube-scheduler's own events about it (a handoff Lease
+            # has no author but us: the log and the metric reach its operator).
             log.warning("ignored a malformed %s field %s: %s", kind, key, message)
             return
         log.warning("ignored a malformed annotation: %s", message)
