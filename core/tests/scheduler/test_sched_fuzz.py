@@ -45,6 +45,7 @@ from sched_helpers import CORES, GPU, MEM, PCT, Running, gpu_node, gpu_pod, star
 
 from xpushare.codec import ASSIGNMENT_KEY, HANDOFF_KEY
 from xpushare.testing.apiserver import FakeApiServer
+from xpushare.testing.handoffs import handoff_lease, set_handoff
 
 #: Examples of the default run: about 20-30 s on the shared 2-core development machine.
 DEFAULT_EXAMPLES = 600
@@ -90,9 +91,11 @@ def _populate(api: FakeApiServer) -> None:
     api.put("pods", gpu_pod("plain"))
 
 
-def _release(node: dict[str, Any]) -> None:
-    """What the device plugin does after Allocate: the node's handoff is free again."""
-    node["metadata"].setdefault("annotations", {}).pop(HANDOFF_KEY, None)
+def _release(api: FakeApiServer, node: str) -> None:
+    """What the device plugin does after Allocate: the node's handoff is free again (a node
+    never bound to has no handoff Lease, and the device plugin creates none)."""
+    if handoff_lease(api, node) is not None:
+        set_handoff(api, node, {HANDOFF_KEY: None})
 
 
 async def _bind_two(running: Running, api: FakeApiServer) -> None:
@@ -114,7 +117,7 @@ async def _bind_two(running: Running, api: FakeApiServer) -> None:
                 },
             )
             assert result == {"Error": ""}, result
-            api.modify("nodes", node, _release)
+            _release(api, node)
     await running.settle(api)
 
 
@@ -178,9 +181,10 @@ async def _snapshot(live: Live) -> Any:
                 (e.key, e.node, e.reserved, e.charges, e.cpu_milli, e.memory_mib)
                 for e in ledger.entries()
             ),
-            "nodes": {
-                n: (r.resource_version, r.handoff_raw, r.memory_sizes)
-                for n, r in cluster.nodes.items()
+            "nodes": {n: (r.resource_version, r.memory_sizes) for n, r in cluster.nodes.items()},
+            "handoffs": {
+                n: (r.resource_version, r.raw, r.term, r.error)
+                for n, r in cluster.handoff_book.records.items()
             },
             "pods": {k: (r.node, r.started, r.raw) for k, r in cluster.pods.items()},
             "api_objects": json.dumps(
@@ -564,7 +568,7 @@ def test_the_snapshot_sees_what_a_bind_changes_and_the_scheduler_still_works(liv
     async def create() -> dict[str, Any]:
         # Play the device plugin for the binds the fuzzing made, so node-0's handoff is free.
         for node in NODES:
-            live.api.modify("nodes", node, _release)
+            _release(live.api, node)
         return live.api.put("pods", gpu_pod("late", gpu="1"))
 
     late = live.call(create())
@@ -576,4 +580,4 @@ def test_the_snapshot_sees_what_a_bind_changes_and_the_scheduler_still_works(liv
     after = live.call(_snapshot(live))
     assert before["entries"] != after["entries"]
     assert before["api_writes"] != after["api_writes"]
-    assert before["nodes"] != after["nodes"]  # the handoff
+    assert before["handoffs"] != after["handoffs"]  # the handoff
