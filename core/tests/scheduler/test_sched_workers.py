@@ -18,14 +18,28 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from sched_helpers import Running, add_nodes, bind_args, create_pod, filter_args, gpu_pod
+from sched_helpers import (
+    Running,
+    add_nodes,
+    bind_args,
+    create_pod,
+    filter_args,
+    gpu_pod,
+    mock_host,
+)
 
-from xpushare.codec import ASSIGNMENT_KEY, encode_assignment
+from xpushare.codec import (
+    ASSIGNMENT_KEY,
+    HANDOFF_LEASE_LABEL,
+    HANDOFF_LEASE_ROLE,
+    encode_assignment,
+)
 from xpushare.models import ContainerAssignment, DeviceSlice, PodAssignment
 from xpushare.scheduler import workers as workers_module
 from xpushare.scheduler.workers import ReservationMirror
 from xpushare.scheduling import UsageLedger
 from xpushare.testing.apiserver import FakeApiServer, RecordedRequest
+from xpushare.testing.handoffs import handoff_lease, handoff_value
 
 #: The binds a test holds at the API server must outlast a worker's restart (imports and a
 #: first list: over 20 s on a loaded 2-core machine), so no timeout ends them first.
@@ -66,14 +80,24 @@ async def _until_fits(
         await asyncio.sleep(0.05)
 
 
+def _creates_handoff_lease(request: RecordedRequest) -> bool:
+    body = request.body if isinstance(request.body, dict) else {}
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(HANDOFF_LEASE_LABEL) == HANDOFF_LEASE_ROLE)
+
+
 def _gate(api: FakeApiServer) -> asyncio.Event:
-    """Hold every handoff write (PATCH of a node) until the returned event is set."""
+    """Hold every handoff write until the returned event is set: the creation of a node's
+    handoff Lease (its first bind) and every patch of one."""
     gate = asyncio.Event()
 
     async def wait(request: RecordedRequest) -> None:
         await gate.wait()
 
-    api.inject("PATCH", r"/nodes/", status=0, times=10**6, before=wait)
+    api.inject(
+        "POST", r"/leases$", status=0, times=10**6, before=wait, match=_creates_handoff_lease
+    )
+    api.inject("PATCH", r"/leases/handoff\.[^/]+$", status=0, times=10**6, before=wait)
     return gate
 
 
@@ -92,6 +116,7 @@ async def test_worker_counts_a_reservation_before_any_api_write(
     # the worker can know of it only through the leader's stream.
     await _until_fits(http, url, second, names, {"node-1"})
     assert api.get("pods", "first", "default")["spec"].get("nodeName") is None
+    assert handoff_lease(api, "node-0") is None  # its creation is the write held
     gate.set()
     assert (await bind)["Error"] == ""
     # Bound: the pod's watch event replaces the mirrored reservation; still one slice.
@@ -137,6 +162,7 @@ async def test_worker_drops_what_the_leader_released(
     # The Binding failed, the leader released the reservation, and told the worker.
     await _until_fits(http, url, second, names, set(names))
     assert not list(running.scheduler.ledger.entries())
+    assert handoff_value(api, "node-0") is None  # its handoff taken back too
 
 
 async def test_a_killed_worker_is_started_again_with_the_reservations_in_force(
@@ -361,10 +387,31 @@ def test_a_mirrored_reservation_seen_bound_keeps_its_booking_and_the_node_state(
     assert ledger.namespace_usage("team")["mock"][0] == 70_000
 
 
-def test_a_worker_keeps_handoffs_raw_and_decodes_none() -> None:
-    """A filter worker never binds, so it never waits on a handoff: it keeps the value
-    (the node changed) without decoding it, and a garbled one is not its to report."""
-    from xpushare.codec import HANDOFF_KEY, Handoff, encode_handoff
+async def test_a_worker_neither_watches_nor_decodes_handoffs(api: FakeApiServer) -> None:
+    """A filter worker never binds, so it never waits on a handoff: it has no informer of
+    the handoff Leases (built as filter_worker.serve builds it), where the leader has one."""
+    from xpushare.scheduler import Scheduler, load_config
+    from xpushare.scheduler.kube import Kube, KubeSettings
+
+    config = load_config(environ={}, overrides={"server.filter_workers": 1})
+    kube = await Kube.connect(KubeSettings(server=api.url))
+    try:
+        for worker in (False, True):
+            scheduler = Scheduler(
+                config, host=mock_host(), kube=kube, freeze_gc=False, worker=worker
+            )
+            resources = [informer.resource for informer in scheduler.informers]
+            assert {"nodes", "pods"} <= set(resources)
+            assert ("handoffs" in resources) is not worker, (worker, resources)
+            assert scheduler.cluster.handoff_book.decode is not worker
+    finally:
+        await kube.close()
+
+
+def test_a_book_that_does_not_decode_keeps_handoffs_raw_and_reports_none() -> None:
+    """The worker's book (``handoffs=False``), were it ever given a handoff Lease, keeps the
+    value without decoding it, and a garbled one is not its to report."""
+    from xpushare.codec import HANDOFF_KEY, Handoff, encode_handoff, handoff_lease_name
     from xpushare.models import PodRef
     from xpushare.scheduler.cluster import ClusterState
 
@@ -377,13 +424,21 @@ def test_a_worker_keeps_handoffs_raw_and_decodes_none() -> None:
             UsageLedger(), handoffs=handoffs, report=lambda *args: reports.append(args[2])
         )
         for version, raw in (("1", value), ("2", "{garbled")):
-            node = {"metadata": {"name": "n", "resourceVersion": version}}
-            node["metadata"]["annotations"] = {HANDOFF_KEY: raw}  # type: ignore[index]
-            cluster.apply_node(node)
-            record = cluster.nodes["n"]
-            assert record.handoff_raw == raw
+            cluster.handoff_book.apply(
+                {
+                    "metadata": {
+                        "name": handoff_lease_name("n"),
+                        "resourceVersion": version,
+                        "annotations": {HANDOFF_KEY: raw},
+                    },
+                    "spec": {"holderIdentity": "n"},
+                }
+            )
+            record = cluster.handoff_book.get("n")
+            assert record is not None and record.raw == raw
             if handoffs and raw == value:
                 assert record.handoff is not None and record.handoff.pod.name == "p"
             else:
                 assert record.handoff is None
+            assert (record.error is not None) is (handoffs and raw != value)
     assert reports == [HANDOFF_KEY]  # the leader's garbled value, once; the worker's none
