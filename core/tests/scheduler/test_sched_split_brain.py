@@ -21,8 +21,9 @@ import aiohttp
 import pytest
 from sched_helpers import gpu_node, gpu_pod, lease
 
-from xpushare.codec import TERM_KEY
+from xpushare.codec import DEFAULT_HANDOFF_NAMESPACE, TERM_KEY
 from xpushare.testing.apiserver import FakeApiServer, RecordedRequest
+from xpushare.testing.handoffs import set_handoff
 from xpushare.testing.replicas import NodeAgents, Replica, overcommits, start_replica, wait_leader
 
 pytestmark = pytest.mark.slow
@@ -33,7 +34,14 @@ POD_MIB = "50000"
 #: The requests one /bind makes, in order: (name, method, path pattern, extra match).
 POINTS: list[tuple[str, str, str, Any]] = [
     ("get-pod", "GET", r"/namespaces/default/pods/a-{i}$", None),
-    ("write-handoff", "PATCH", r"/api/v1/nodes/n-{i}$", None),
+    # A patch of the node's handoff Lease: the fixture created it, as an earlier term did.
+    (
+        "write-handoff",
+        "PATCH",
+        rf"^/apis/coordination\.k8s\.io/v1/namespaces/{DEFAULT_HANDOFF_NAMESPACE}"
+        r"/leases/handoff\.n-{i}$",
+        None,
+    ),
     (
         "read-node-pods",
         "GET",
@@ -48,11 +56,12 @@ CASES = [(name, when) for name, *_ in POINTS for when in ("before", "after")]
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, list[Replica]]]:
     async with FakeApiServer() as api:
-        # Nodes an earlier term wrote (as after any change of leader), so that the first bind
-        # of each case takes its node over and reads its pods.
+        # Nodes whose handoff an earlier term wrote (as after any change of leader), so that
+        # the first bind of each case takes its node over and reads its pods.
         api.put("leases", lease(5, "default"))
         for i in range(len(CASES)):
-            api.put("nodes", gpu_node(f"n-{i}", "1x A100-80GB", **{TERM_KEY: "1"}))
+            api.put("nodes", gpu_node(f"n-{i}", "1x A100-80GB"))
+            set_handoff(api, f"n-{i}", {TERM_KEY: "1"})
         replicas = [start_replica(api.url, f"r{k}", tmp_path) for k in (1, 2)]
         try:
             yield api, replicas
