@@ -33,6 +33,7 @@ from xpushare.scheduler.cluster import ClusterState
 from xpushare.scheduler.versions import ListSnapshot
 from xpushare.scheduling import UsageLedger
 from xpushare.testing.apiserver import FakeApiServer, RecordedRequest
+from xpushare.testing.handoffs import handoff_value, set_handoff
 from xpushare.testing.replicas import overcommits
 from xpushare.testing.watchproxy import WatchProxy
 
@@ -88,6 +89,11 @@ async def until(predicate: Any, timeout_s: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
+def _handoff_term(sched: Running, node: str) -> int | None:
+    record = sched.scheduler.cluster.handoff_book.get(node)
+    return record.term if record is not None else None
+
+
 def counter(sched: Running, name: str, **labels: str) -> float:
     value = sched.scheduler.metrics.registry.get_sample_value(name, labels)
     return value or 0.0
@@ -124,9 +130,7 @@ async def test_a_slow_relist_keeps_a_pod_bound_while_its_answer_was_on_the_way(
         await until(listed.is_set)
         with DevicePlugin(api):
             assert await sched.post(http, "bind", bind_args(a, "n")) == {"Error": ""}
-            await until(
-                lambda: api.get("nodes", "n")["metadata"]["annotations"].get(HANDOFF_KEY) is None
-            )
+            await until(lambda: handoff_value(api, "n") is None)
         relists = sched.scheduler.informers[1].relists
         answer.set()
         await until(lambda: sched.scheduler.informers[1].relists > relists)
@@ -288,7 +292,8 @@ async def test_a_node_of_our_term_number_written_by_another_replica_fences_us(
     (its Binding landed, its handoff is done) while our pod watch lags. Equal terms used to
     skip the takeover read and double-book."""
     api.put("leases", lease(5, "kube-system"))
-    api.put("nodes", gpu_node("n", "1x A100-80GB", **{TERM_KEY: "1"}))
+    api.put("nodes", gpu_node("n", "1x A100-80GB"))
+    set_handoff(api, "n", {TERM_KEY: "1"})
     b = create_pod(api, gpu_pod("b", gpu="1", mem=POD_MIB))
     sched = await scheduler_factory(leader=True, server=proxy.url)
     await until(lambda: sched.scheduler.is_leader())
@@ -296,8 +301,8 @@ async def test_a_node_of_our_term_number_written_by_another_replica_fences_us(
     assert term is not None
     proxy.hold("pods")
     api.put("pods", bound_pod("a", "n", 50_000))  # the other replica's Binding
-    api.modify("nodes", "n", lambda o: o["metadata"]["annotations"].update({TERM_KEY: str(term)}))
-    await until(lambda: sched.scheduler.cluster.nodes["n"].term == term)
+    set_handoff(api, "n", {TERM_KEY: str(term)})
+    await until(lambda: _handoff_term(sched, "n") == term)
     try:
         with DevicePlugin(api):
             first = await sched.post(http, "bind", bind_args(b, "n"))
@@ -319,7 +324,8 @@ async def test_a_repair_as_a_terms_first_write_is_followed_by_the_pod_read(
     """The new leader's first write on a node clears a finished handoff; its first bind
     there must still read the node's pods (its watch has not shown the old term's pod)."""
     api.put("leases", lease(5, "kube-system"))
-    api.put("nodes", gpu_node("n", "1x A100-80GB", **{TERM_KEY: "1"}))
+    api.put("nodes", gpu_node("n", "1x A100-80GB"))
+    set_handoff(api, "n", {TERM_KEY: "1"})
     b = create_pod(api, gpu_pod("b", gpu="1", mem=POD_MIB))
     sched = await scheduler_factory(leader=True, server=proxy.url)
     await until(lambda: sched.scheduler.is_leader())
@@ -336,13 +342,9 @@ async def test_a_repair_as_a_terms_first_write_is_followed_by_the_pod_read(
         term=1,
     )
     done = done.model_copy(update={"allocated": ("mock",)})
-    api.modify(
-        "nodes",
-        "n",
-        lambda o: o["metadata"]["annotations"].update({HANDOFF_KEY: encode_handoff(done)}),
-    )
+    set_handoff(api, "n", {HANDOFF_KEY: encode_handoff(done)})
     # The repair loop clears it: the first write of this term on the node.
-    await until(lambda: HANDOFF_KEY not in api.get("nodes", "n")["metadata"]["annotations"])
+    await until(lambda: handoff_value(api, "n") is None)
     try:
         with DevicePlugin(api):
             answer = await sched.post(http, "bind", bind_args(b, "n"))
