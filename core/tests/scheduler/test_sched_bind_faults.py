@@ -9,6 +9,7 @@ from sched_helpers import DevicePlugin, add_nodes, bind_args, create_pod, gpu_po
 
 from xpushare.codec import FENCED_KEY, HANDOFF_KEY, TERM_KEY, Handoff, encode_handoff
 from xpushare.models import PodRef
+from xpushare.testing.handoffs import handoff_annotations, set_handoff
 
 
 def used_memory(sched, node="node-0"):
@@ -39,13 +40,10 @@ def _put_handoff(api, node, pod, *, since, expires, term=None):
         node=node,
     )
 
-    def change(obj):
-        annotations = obj["metadata"].setdefault("annotations", {})
-        annotations[HANDOFF_KEY] = value
-        if term is not None:
-            annotations[TERM_KEY] = str(term)
-
-    api.modify("nodes", node, change)
+    annotations = {HANDOFF_KEY: value}
+    if term is not None:
+        annotations[TERM_KEY] = str(term)
+    set_handoff(api, node, annotations)
 
 
 async def test_a_handoff_started_in_the_future_does_not_block_the_node(api, sched, http):
@@ -139,21 +137,20 @@ async def test_a_retried_bind_fences_its_own_pods_handoff_from_an_older_term(
     bound = api.get("pods", "p")
     assert bound["spec"]["nodeName"] == "node-0"
     assert bound["metadata"]["annotations"][FENCED_KEY] == "6"
-    node = api.get("nodes", "node-0")["metadata"]["annotations"]
-    assert node[TERM_KEY] == "6"
+    assert handoff_annotations(api, "node-0")[TERM_KEY] == "6"
 
 
 async def test_after_the_lease_is_re_created_the_leader_raises_its_term_past_the_nodes(
     api, scheduler_factory, http
 ):
-    # A reinstall: nodes remember term 9, the new Lease counts from 0. The replica campaigns
-    # once it has listed the nodes, so its first term is already above theirs.
+    # A reinstall: the handoff Leases remember term 9, the new leader Lease counts from 0.
+    # The replica campaigns once it has listed them, so its first term is already above.
     add_nodes(api, 1)
-    api.modify("nodes", "node-0", lambda o: o["metadata"]["annotations"].update({TERM_KEY: "9"}))
+    set_handoff(api, "node-0", {TERM_KEY: "9"})
     p = create_pod(api, gpu_pod("p", gpu="1", mem="1000"))
     sched = await scheduler_factory(leader=True)
     await sched.settle(api)
     assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
     lease = api.get("leases", "xpushare-scheduler", "kube-system")
     assert lease["spec"]["leaseTransitions"] == 10
-    assert api.get("nodes", "node-0")["metadata"]["annotations"][TERM_KEY] == "10"
+    assert handoff_annotations(api, "node-0")[TERM_KEY] == "10"
