@@ -472,7 +472,7 @@ def main() -> None:
         "--profile-kube-scheduler",
         metavar="FILE",
         help=f"take a Go CPU profile of the chart's kube-scheduler over the first {GO_PROFILE_S} s "
-        "of the first extender phase and write it to FILE (read it with "
+        "of the extender phase of --profile-round and write it to FILE (read it with "
         "`go tool pprof -top FILE`)",
     )
     parser.add_argument(
@@ -480,9 +480,19 @@ def main() -> None:
         metavar="FILE",
         help="the same of kube-apiserver",
     )
+    parser.add_argument(
+        "--profile-round",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the round whose extender phase the profiles cover (default 1; later rounds find "
+        "the cluster fuller and spread their pods over more nodes)",
+    )
     args = parser.parse_args()
     if args.rounds < 1 or args.pods < 1 or args.nodes < 1:
         parser.error("--rounds, --pods and --nodes must be at least 1")
+    if not 1 <= args.profile_round <= args.rounds:
+        parser.error(f"--profile-round must be between 1 and --rounds ({args.rounds})")
     # Each node takes GPUS_PER_NODE x SHARES of these pods; leave a node's worth spare.
     if 2 * args.rounds * args.pods > (args.nodes - 1) * GPUS_PER_NODE * SHARES:
         parser.error(
@@ -560,9 +570,13 @@ def main() -> None:
                     measured[which] = run_plain(installed, plane, namespace, args.pods, limits)
                 else:
                     measured[which] = run_extender(
-                        installed, plane, namespace, args.pods, limits, probes
+                        installed,
+                        plane,
+                        namespace,
+                        args.pods,
+                        limits,
+                        probes if round_ == args.profile_round else None,
                     )
-                    probes = None  # profiles of the first extender phase only
                 ratio = None
                 if len(measured) == 2 and measured["plain"].phase.rate:
                     ratio = measured["extender"].phase.rate / measured["plain"].phase.rate
