@@ -352,6 +352,62 @@ async def test_a_repair_as_a_terms_first_write_is_followed_by_the_pod_read(
     finally:
         proxy.release("pods")
     assert overcommits(api) == []
+    # The held watch never passed the write: the pods were read from the API server.
+    assert takeovers(sched) == {"list": 1.0}
+
+
+def takeovers(sched: Any) -> dict[str, float]:
+    counter = sched.scheduler.metrics.takeover_reads
+    return {
+        s.labels["source"]: s.value
+        for m in counter.collect()
+        for s in m.samples
+        if s.name.endswith("_total") and s.value
+    }
+
+
+async def test_a_takeover_counts_from_the_pod_watch_once_it_has_passed_the_write(
+    api: FakeApiServer,
+    scheduler_factory: Any,
+    http: aiohttp.ClientSession,
+    proxy: WatchProxy,
+) -> None:
+    """The new leader decides on a node before its pod watch shows an older term's Binding
+    there; once the watch passes this term's handoff write it has shown that Binding (its
+    revision is lower), so the bind is refused without a list of the node's pods."""
+    api.put("leases", lease(5, "kube-system"))
+    api.put("nodes", gpu_node("n", "1x A100-80GB"))
+    set_handoff(api, "n", {TERM_KEY: "1"})
+    b = create_pod(api, gpu_pod("b", gpu="1", mem=POD_MIB))
+    create_pod(api, gpu_pod("c", gpu="1", mem=POD_MIB))
+    sched = await scheduler_factory(leader=True, server=proxy.url)
+    await until(lambda: sched.scheduler.is_leader())
+    proxy.hold("pods")
+    api.put("pods", bound_pod("a", "n", 50_000))  # term 1's Binding, unseen here yet
+    lists_before = _pod_lists(api)
+
+    async def busy_cluster() -> None:
+        # Once this term has written the handoff, another pod changes (a busy cluster's
+        # events) and the held stream flows again: a's event, then c's, past the write.
+        await until(lambda: handoff_value(api, "n") is not None)
+        api.modify("pods", "c", lambda o: o["metadata"].setdefault("labels", {}).update(x="1"))
+        proxy.release("pods")
+
+    try:
+        with DevicePlugin(api):
+            answer, _ = await asyncio.gather(
+                sched.post(http, "bind", bind_args(b, "n")), busy_cluster()
+            )
+    finally:
+        proxy.release("pods")
+    assert answer["Error"], "b was bound onto the GPU a holds"
+    assert overcommits(api) == []
+    assert takeovers(sched) == {"watch": 1.0}
+    assert _pod_lists(api) == lists_before
+
+
+def _pod_lists(api: FakeApiServer) -> int:
+    return sum(1 for r in api.requests if r.method == "GET" and "fieldSelector" in r.query)
 
 
 # -- defect 4: a broken watch stream ----------------------------------------------------------

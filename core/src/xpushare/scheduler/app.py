@@ -68,7 +68,7 @@ from xpushare.scheduler.metrics import (
     quota_rows,
 )
 from xpushare.scheduler.preload import preload
-from xpushare.scheduler.versions import ListSnapshot
+from xpushare.scheduler.versions import ListSnapshot, number
 from xpushare.scheduler.web import WebView
 from xpushare.scheduler.webhook import BadReview, Webhook
 from xpushare.scheduler.workers import FilterWorkers
@@ -220,6 +220,7 @@ class Scheduler:
             conflict_retries=config.bind.conflict_retries,
             term=(lambda: leader.term) if leader is not None else (lambda: None),
             raise_term=leader.raise_term if leader is not None else None,
+            pods_version=self._pods_version,
         )
         self.webhook = Webhook(
             host=host,
@@ -331,6 +332,11 @@ class Scheduler:
         self.metrics.leader.set(1 if leading else 0)
         if self.leader_label is not None:
             self.leader_label.changed(leading)
+
+    def _pods_version(self) -> int:
+        """The revision up to which the pod watch has been applied (0 before its list)."""
+        pods = next((i for i in self.informers if i.resource == "pods"), None)
+        return number(pods.version) if pods is not None else 0
 
     def is_leader(self) -> bool:
         return self.leader is None or self.leader.is_leader

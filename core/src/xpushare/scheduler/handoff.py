@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from xpushare.codec import FENCED_KEY, HANDOFF_KEY, TERM_KEY, Handoff, encode_handoff
 from xpushare.models import PodRef
 from xpushare.scheduler import objects as ob
+from xpushare.scheduler import versions
 from xpushare.scheduler.cluster import ClusterState
 from xpushare.scheduler.handoffbook import HandoffRecord
 from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
@@ -46,6 +47,16 @@ from xpushare.scheduler.metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
+
+#: How long the takeover read waits for the pod watch to pass the handoff write before it
+#: reads the node's pods from the API server instead: in a busy cluster pod events arrive
+#: every few milliseconds (40 pods/s are some 150 pod events a second), so the watch passes
+#: a write within one or two of them; in a quiet one no event may come for a minute (a
+#: bookmark), and then the one read costs less than waiting. 0.1 s on top of a node's
+#: first bind of a term is the most the wait adds.
+TAKEOVER_WATCH_WAIT_S = 0.1
+#: How often the wait looks at the pod watch's version.
+TAKEOVER_POLL_S = 0.005
 
 #: How long a handoff of a pod that is not bound may stay before it is taken for the leftover
 #: of a bind that failed or died: a live bind writes the Binding right after the handoff
@@ -128,6 +139,7 @@ class HandoffManager:
         clock: Callable[[], float] = time.time,
         term: Callable[[], int | None] = lambda: None,
         raise_term: Callable[[int], Awaitable[int | None]] | None = None,
+        pods_version: Callable[[], int] | None = None,
     ) -> None:
         self.kube = kube
         self.cluster = cluster
@@ -139,6 +151,9 @@ class HandoffManager:
         #: The fencing token of this replica now (None: no leader election, no fencing).
         self.term = term
         self._raise_term = raise_term
+        #: The resourceVersion (an etcd revision) up to which the pod watch has been
+        #: applied to the cluster state (None: unknown, the takeover always lists).
+        self._pods_version = pods_version
         self._slots: dict[str, _Slot] = {}
         #: Pod keys with a bind in flight here: their handoff is not stale.
         self.in_flight: set[str] = set()
@@ -321,14 +336,48 @@ class HandoffManager:
         return term is not None and self._read_under.get(node) != term
 
     async def read_node_pods(self, node: str, term: int | None) -> None:
-        """Count every pod the API server has bound to *node* (a consistent read).
+        """Count every pod the API server has bound to *node* up to this term's write of its
+        handoff: from the pod watch once it has passed that write, else a consistent read.
 
         Called after a write of this term on the node and before the first Binding of the
         term there: from that write on no other term can write the node's handoff, so no
         Binding but the one its current handoff names (which is fenced before it is
         replaced) can land later, and what this read shows is complete. Its pods go through
         the cluster state's version order, so no older event can undo them afterwards.
+
+        Why the watch may stand in for the read: resourceVersions are etcd revisions, one
+        counter for the whole store, and a watch delivers a resource's events in revision
+        order. Once the pod watch has applied an event (or a bookmark, or a relist) at or
+        past the revision of the handoff write, every pod change committed before that
+        write, every Binding of an older term among them, is in the cluster state: what
+        the read would have shown. A read costs kube-apiserver a list request per node
+        and term (0.4-0.5 a pod in bench_realcluster's later rounds, which spread pods over
+        new nodes), the wait nothing in a busy cluster.
         """
+        record = self.book.get(node)
+        written = versions.number(record.resource_version) if record is not None else 0
+        if written and await self._watch_passes(written):
+            self.metrics.takeover_reads.labels(source="watch").inc()
+        else:
+            await self._list_node_pods(node)
+            self.metrics.takeover_reads.labels(source="list").inc()
+        if term is not None and self._written.get(node) == term:
+            self._read_under[node] = term
+
+    async def _watch_passes(self, version: int) -> bool:
+        """Whether the pod watch reaches *version* within :data:`TAKEOVER_WATCH_WAIT_S`."""
+        seen = self._pods_version
+        if seen is None:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TAKEOVER_WATCH_WAIT_S
+        while seen() < version:
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(TAKEOVER_POLL_S)
+        return True
+
+    async def _list_node_pods(self, node: str) -> None:
         try:
             pods = await self.kube.list_node_pods(node)
         except KubeError as exc:
@@ -337,8 +386,6 @@ class HandoffManager:
             ) from exc
         for obj in pods:
             self.cluster.apply_pod(obj)
-        if term is not None and self._written.get(node) == term:
-            self._read_under[node] = term
 
     async def clear(
         self, node: str, expected: Handoff | None, cause: str, term: int | None = None

@@ -189,6 +189,13 @@ class SchedulerMetrics:
             ["cause"],
             registry=r,
         )
+        self.takeover_reads = Counter(
+            "xpushare_scheduler_takeover_reads_total",
+            "A node's pods counted after a term's first handoff write there, by source: the "
+            "pod watch once it passed that write, or a list from the API server",
+            ["source"],
+            registry=r,
+        )
         self.model_refresh_failures = Counter(
             "xpushare_scheduler_model_refresh_failures_total",
             "Failures to refresh a model the placement policy learns (the workload), per "
