@@ -346,14 +346,29 @@ def test_deleting_an_unknown_lease_buries_it_all_the_same(
     assert book.get("n") is None
 
 
+def test_forget_keeps_a_newer_lease_the_watch_showed_meanwhile(
+    book: HandoffBook, recorder: Recorder
+) -> None:
+    book.apply(lease("n", 5, handoff=handoff_of("p")))
+    # A write conditioned on version 5 answers 404; meanwhile the watch showed the Lease
+    # created again (version 9). The answer was about version 5: version 9 stays.
+    book.apply(lease("n", 9, handoff=handoff_of("q"), uid="again"))
+    book.forget("n", "5")
+    assert pod_of(book) == "q"
+    assert recorder.changed == ["n", "n"]
+
+
 def test_forget_drops_the_record_and_says_so(book: HandoffBook, recorder: Recorder) -> None:
     book.apply(lease("n", 5, handoff=handoff_of("p"), term="4"))
-    book.forget("n")
+    book.forget("n", "5")
     assert book.get("n") is None and book.handoff("n") is None
     assert recorder.changed == ["n", "n"]
-    book.forget("n")  # nothing held: nothing changed
-    book.forget("never")
+    book.forget("n", "5")  # nothing held: nothing changed
+    book.forget("never", "1")
     assert recorder.changed == ["n", "n"]
+    # A lagging watch event of the Lease that is gone cannot bring its handoff back.
+    book.apply(lease("n", 5, handoff=handoff_of("p"), term="4"))
+    assert book.get("n") is None
     assert book.highest_term == 4  # a term seen stays the floor
     # The next write's answer (the Lease created again) is taken.
     book.apply(lease("n", 8, handoff=handoff_of("q")))
@@ -391,5 +406,5 @@ def test_on_changed_is_called_for_each_change_in_order(book: HandoffBook) -> Non
     book.apply(lease("a", 1))  # echo: no call
     book.apply(lease("a", 3, term="1"))  # only the version and term changed
     book.replace([lease("a", 3)], ListSnapshot(4, 0))  # b gone; a unchanged
-    book.forget("a")
+    book.forget("a", "3")
     assert calls == ["a", "b", "a", "b", "a"]

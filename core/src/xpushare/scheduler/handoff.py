@@ -289,10 +289,12 @@ class HandoffManager:
     # -- writes ------------------------------------------------------------------------------------
 
     async def _refresh(self, node: str) -> None:
+        record = self.book.get(node)
+        held = record.resource_version if record is not None else ""
         try:
             obj = await self.kube.get_handoff_lease(node)
         except NotFound:
-            self.book.forget(node)
+            self.book.forget(node, held)
             return
         self.book.apply(obj)
 
@@ -316,14 +318,13 @@ class HandoffManager:
                 node, patch, owner_uid=known.uid if known is not None else ""
             )
         else:
+            sent = record.resource_version
             try:
-                obj = await self.kube.patch_handoff_lease(
-                    node, patch, resource_version=record.resource_version
-                )
+                obj = await self.kube.patch_handoff_lease(node, patch, resource_version=sent)
             except NotFound:
                 # Deleted since we read it (with its Node, or by hand): what it held is gone
                 # and the caller re-reads, as after any conflict.
-                self.book.forget(node)
+                self.book.forget(node, sent)
                 raise Conflict(409, f"the handoff Lease of node {node} was deleted") from None
         if term is not None:
             self._written[node] = term

@@ -160,10 +160,20 @@ class HandoffBook:
         if self.records.pop(node, None) is not None:
             self._changed(node)
 
-    def forget(self, node: str) -> None:
-        """The Lease is gone (a write or read answered 404): the next write creates it."""
-        if self.records.pop(node, None) is not None:
-            self._changed(node)
+    def forget(self, node: str, version: str) -> None:
+        """The Lease held at *version* is gone (a write conditioned on it, or a read made
+        while it was held, answered 404): the next write creates it.
+
+        Its version is buried, so a lagging watch event of it cannot bring its handoff
+        back. A newer Lease the watch showed meanwhile (created again) is kept: the answer
+        was about the one held at *version*.
+        """
+        record = self.records.get(node)
+        if record is None or record.resource_version != version:
+            return
+        self._tombstones.bury(node, versions.number(version))
+        del self.records[node]
+        self._changed(node)
 
     def replace(self, items: Iterable[ob.Object], snapshot: ListSnapshot | None = None) -> None:
         """The whole list (after a relist): Leases missing from it are gone, unless what we
