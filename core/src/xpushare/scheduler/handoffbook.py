@@ -79,6 +79,8 @@ class HandoffBook:
         #: Whether handoffs are decoded: only a process that binds waits for them.
         self.decode = decode
         self._tombstones = Tombstones(MAX_TOMBSTONES)
+        #: The newest version applied of each node's Lease (versions.advance).
+        self._versions: dict[str, int] = {}
         #: The highest fencing term any handoff carries (TERM_KEY): a replica taking the
         #: leader Lease starts above it even if that Lease was deleted and re-created.
         self.highest_term = 0
@@ -106,20 +108,15 @@ class HandoffBook:
                 "scheduler creates handoff Leases: delete this one)",
             )
             return
-        version = ob.resource_version(obj)
-        buried = self._tombstones.get(node)
-        if buried is not None and 0 < versions.number(version) <= buried:
-            return  # an event from before the Lease was deleted
+        if not versions.advance(self._versions, self._tombstones, node, versions.of(obj)):
+            # Our own write already applied this state or a newer one (the watch's echo of
+            # it changes nothing), or the Lease was deleted since: a late event must not
+            # bring an old handoff back.
+            return
         record = self.records.get(node)
         if record is None:
             record = self.records[node] = HandoffRecord(node)
-        elif versions.number(version) and (
-            versions.number(version) <= versions.number(record.resource_version)
-        ):
-            # Our own write already applied this state or a newer one: the watch's echo of
-            # it changes nothing, and a late event must not bring the old handoff back.
-            return
-        record.resource_version = version
+        record.resource_version = ob.resource_version(obj)
         record.uid = ob.uid(obj)
         annotations = ob.annotations_of(obj)
         term_raw = annotations.get(TERM_KEY)
@@ -157,6 +154,7 @@ class HandoffBook:
         if record is not None and 0 < version < versions.number(record.resource_version):
             return  # the deletion of an earlier Lease of that node
         self._tombstones.bury(node, version)
+        self._versions.pop(node, None)
         if self.records.pop(node, None) is not None:
             self._changed(node)
 
@@ -172,6 +170,7 @@ class HandoffBook:
         if record is None or record.resource_version != version:
             return
         self._tombstones.bury(node, versions.number(version))
+        self._versions.pop(node, None)
         del self.records[node]
         self._changed(node)
 
