@@ -170,3 +170,14 @@ def test_advance_orders_views_by_version_and_remembers_deletions() -> None:
     tombstones.bury("b", 9)  # deleted at 9
     assert not advance(held, tombstones, "b", 8)  # a late view cannot bring it back
     assert advance(held, tombstones, "b", 10) and held["b"] == 10
+
+
+def test_gone_as_of_keeps_what_changed_after_the_list() -> None:
+    """The rule the relists of nodes, claims and handoff Leases remove objects by."""
+    from xpushare.scheduler.versions import gone_as_of
+
+    assert gone_as_of(5, ListSnapshot(10, 0.0)) == 10  # missing from a newer list: gone then
+    assert gone_as_of(10, ListSnapshot(10, 0.0)) == 10
+    assert gone_as_of(11, ListSnapshot(10, 0.0)) is None  # changed after the list: kept
+    assert gone_as_of(7, ListSnapshot(0, 0.0)) == 7  # a list of unknown version
+    assert gone_as_of(7, None) == 7  # a list newer than everything

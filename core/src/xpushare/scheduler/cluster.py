@@ -383,16 +383,12 @@ class ClusterState:
         for obj in items:
             seen.add(ob.name(obj))
             self.apply_node(obj)
-        listed = snapshot.version if snapshot is not None else 0
         for name, record in list(self.nodes.items()):
             if name in seen:
                 continue
-            held = versions.number(record.resource_version)
-            if listed and held > listed:
-                continue  # added or changed after the list's snapshot: not gone
-            self.delete_node(
-                {"metadata": {"name": name, "resourceVersion": str(listed or held or "")}}
-            )
+            gone = versions.gone_as_of(versions.number(record.resource_version), snapshot)
+            if gone is not None:  # else added or changed after the list's snapshot
+                self.delete_node({"metadata": {"name": name, "resourceVersion": str(gone or "")}})
         self.nodes_synced = True
 
     def _set_sizes(self, record: NodeRecord, sizes: list[tuple[str, int]]) -> None:

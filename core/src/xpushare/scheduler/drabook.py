@@ -221,12 +221,10 @@ class ClaimBook:
         for obj in items:
             seen.add(ob.uid(obj))
             self.apply_claim(obj)
-        listed = snapshot.version if snapshot is not None else 0
         for uid in [u for u in {*self._versions, *self.claims} if u not in seen]:
-            held = self._versions.get(uid, 0)
-            if listed and held > listed:
-                continue  # seen at a version newer than the list: not gone
-            self._delete(uid, listed or held)
+            gone = versions.gone_as_of(self._versions.get(uid, 0), snapshot)
+            if gone is not None:  # else seen at a version newer than the list: not gone
+                self._delete(uid, gone)
         # Entries of claims this process never saw listed (none in practice: the ledger is
         # this process's own) are dropped too, so the ledger holds exactly the list.
         for entry in list(self.ledger.entries()):

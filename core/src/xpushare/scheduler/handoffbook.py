@@ -153,10 +153,7 @@ class HandoffBook:
         record = self.records.get(node)
         if record is not None and 0 < version < versions.number(record.resource_version):
             return  # the deletion of an earlier Lease of that node
-        self._tombstones.bury(node, version)
-        self._versions.pop(node, None)
-        if self.records.pop(node, None) is not None:
-            self._changed(node)
+        self._gone(node, version)
 
     def forget(self, node: str, version: str) -> None:
         """The Lease held at *version* is gone (a write conditioned on it, or a read made
@@ -167,12 +164,8 @@ class HandoffBook:
         was about the one held at *version*.
         """
         record = self.records.get(node)
-        if record is None or record.resource_version != version:
-            return
-        self._tombstones.bury(node, versions.number(version))
-        self._versions.pop(node, None)
-        del self.records[node]
-        self._changed(node)
+        if record is not None and record.resource_version == version:
+            self._gone(node, versions.number(version))
 
     def replace(self, items: Iterable[ob.Object], snapshot: ListSnapshot | None = None) -> None:
         """The whole list (after a relist): Leases missing from it are gone, unless what we
@@ -185,23 +178,20 @@ class HandoffBook:
             if node is not None:
                 seen.add(node)
             self.apply(obj)
-        listed = snapshot.version if snapshot is not None else 0
         for node, record in list(self.records.items()):
             if node in seen:
                 continue
-            held = versions.number(record.resource_version)
-            if listed and held > listed:
-                continue  # written after the list's snapshot: not gone
-            self.delete(
-                {
-                    "metadata": {
-                        "name": lease_name(node),
-                        "resourceVersion": str(listed or held or ""),
-                    },
-                    "spec": {"holderIdentity": node},
-                }
-            )
+            gone = versions.gone_as_of(versions.number(record.resource_version), snapshot)
+            if gone is not None:
+                self._gone(node, gone)
         self.synced = True
+
+    def _gone(self, node: str, version: int) -> None:
+        """The node's Lease is gone as of *version*: drop it and bury the version."""
+        self._tombstones.bury(node, version)
+        self._versions.pop(node, None)
+        if self.records.pop(node, None) is not None:
+            self._changed(node)
 
     def _changed(self, node: str) -> None:
         for callback in self.on_changed:

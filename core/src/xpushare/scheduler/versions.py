@@ -59,6 +59,20 @@ class ListSnapshot:
     started: float
 
 
+def gone_as_of(held: int, snapshot: ListSnapshot | None) -> int | None:
+    """The version at which an object held at *held* and missing from a relist is gone: the
+    list's (or what is held, for a list of unknown version); None when what is held is
+    newer than the list's snapshot (changed after it: not gone). *snapshot* None is a list
+    newer than everything.
+
+    The rule the relists of nodes, claims and handoff Leases remove objects by (the pods'
+    adds our assumed bookings, cluster.py)."""
+    listed = snapshot.version if snapshot is not None else 0
+    if listed and held > listed:
+        return None
+    return listed or held
+
+
 class Tombstones:
     """The deletion versions of the last objects deleted, so an older event or list item
     cannot bring one back (bounded: oldest forgotten first)."""
