@@ -371,10 +371,6 @@ class Kube:
 
     # -- objects ---------------------------------------------------------------------------------
 
-    async def get_node(self, name: str) -> Object:
-        result: Object = await self._call("GET", _node_path(name), f"get node {name}")
-        return result
-
     async def get_pod(self, namespace: str, name: str) -> Object:
         result: Object = await self._call(
             "GET", _pod_path(namespace, name), f"get pod {namespace}/{name}"
