@@ -16,6 +16,7 @@ from xpushare.cli.main import main as cli
 from xpushare.cli.node_cmd import command as node_command
 from xpushare.plugins import PluginHost
 from xpushare.scheduler.config import load_config
+from xpushare.scheduler.shortlist import DEFAULT_SHORTLIST
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -62,6 +63,15 @@ def test_placement_values_reach_the_scheduler():
     assert placement["policy"] == "binpack"
     assert placement["device_policy"] == "spread"
     assert placement["memory_overcommit"] == {"nvidia": 1.5}
+
+
+def test_the_shortlist_value_reaches_the_scheduler(tmp_path):
+    defaults = config_file(render(None), "scheduler.yaml")
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(yaml.safe_dump(defaults))
+    assert load_config(path, environ={}).extender.shortlist == DEFAULT_SHORTLIST
+    every = config_file(render({"scheduler": {"shortlist": 0}}), "scheduler.yaml")
+    assert every["extender"] == {"shortlist": 0}
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

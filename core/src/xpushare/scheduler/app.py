@@ -246,6 +246,7 @@ class Scheduler:
             # leader learns from the pods it binds instead.
             observe_at_bind=self.workers is not None,
             claims=self.claims,
+            shortlist=config.extender.shortlist,
         )
 
         def informer(resource: Resource, handlers: Handlers) -> Informer:

@@ -40,6 +40,9 @@ class BindsInFlight:
         else:
             self._nodes.pop(node, None)
 
+    def __contains__(self, node: object) -> bool:
+        return node in self._nodes
+
     def count(self, node: str) -> int:
         return self._nodes.get(node, 0)
 

@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from xpushare.codec import DEFAULT_HANDOFF_NAMESPACE
 from xpushare.errors import XpushareError
 from xpushare.placement import PlacementConfig
+from xpushare.scheduler.bounds import MAX_CANDIDATE_NODES
+from xpushare.scheduler.shortlist import DEFAULT_SHORTLIST
 
 ENV_PREFIX = "XPUSHARE_SCHEDULER__"
 
@@ -137,6 +139,13 @@ class BindConfig(_Section):
     handoff_namespace: str = Field(
         default=DEFAULT_HANDOFF_NAMESPACE, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
     )
+
+
+class ExtenderConfig(_Section):
+    #: At most this many of the nodes a pod fits go back to kube-scheduler from /filter, the
+    #: policy's best (scheduler/shortlist.py; docs/scheduler.md, "The shortlist"); a pod that
+    #: states a soft preference of its own gets them all. 0: every node that fits.
+    shortlist: int = Field(default=DEFAULT_SHORTLIST, ge=0, le=MAX_CANDIDATE_NODES)
 
 
 class WebhookConfig(_Section):
@@ -293,6 +302,7 @@ class SchedulerConfig(_Section):
     #: take, so the cluster runs the policy that was measured offline.
     placement: PlacementConfig = PlacementConfig()
     bind: BindConfig = BindConfig()
+    extender: ExtenderConfig = ExtenderConfig()
     webhook: WebhookConfig = WebhookConfig()
     leader: LeaderConfig = LeaderConfig()
     web: WebConfig = WebConfig()

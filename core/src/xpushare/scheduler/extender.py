@@ -42,6 +42,7 @@ from xpushare.scheduler.events import EventRecorder, ObjectRef
 from xpushare.scheduler.feasible import FeasibilityChecker
 from xpushare.scheduler.handoff import Fenced, HandoffAborted, HandoffManager, HandoffTimeout
 from xpushare.scheduler.kube import Conflict, Kube, KubeError, NotFound
+from xpushare.scheduler.shortlist import DEFAULT_SHORTLIST, shortlist, states_preferences
 
 if TYPE_CHECKING:
     from xpushare.plugins import PluginHost
@@ -383,8 +384,11 @@ class Extender:
         vet: Callable[[ob.Object, PodView | None], str | None] | None = None,
         observe_at_bind: bool = False,
         claims: ClaimBook | None = None,
+        shortlist: int = DEFAULT_SHORTLIST,
     ) -> None:
         self.placer = placer
+        #: The most nodes /filter passes on (shortlist.py; 0: every node that fits).
+        self.shortlist = shortlist
         #: DRA mode's claims (drabook.py): a pod that names claims is ranked by them.
         self.claims = claims
         #: Teach the policy each pod's shape at /bind (when /filter is another process's).
@@ -619,6 +623,10 @@ class Extender:
         if fits:
             self.metrics.decisions.labels(verb="filter", result="fit").inc()
             self._learn(parsed.view.ref, request, fits)
+            if not sliced and len(fits) > self.shortlist > 0:
+                # A heavy pod's scores are worked out slice by slice at /prioritize; its
+                # /filter passes every node on rather than hold the loop for them here.
+                return self._shortlisted(parsed, request, fits)
         else:
             self.metrics.decisions.labels(verb="filter", result="nofit").inc()
             self._event(
@@ -631,6 +639,16 @@ class Extender:
                 ).explain(),
             )
         return fits
+
+    def _shortlisted(self, parsed: _Parsed, request: PodRequest, fits: list[str]) -> list[str]:
+        """The policy's best :attr:`shortlist` of *fits* (shortlist.py), or all of them for
+        a pod that states a soft preference kube-scheduler should weigh over every node."""
+        if states_preferences(parsed.pod):
+            self.metrics.shortlists.labels(result="preferences").inc()
+            return fits
+        self.metrics.shortlists.labels(result="shortened").inc()
+        scores = self.placer.prioritize_each(request, fits)
+        return shortlist(fits, scores, self.binding, self.shortlist)
 
     def _learn(self, ref: PodRef, request: PodRequest, fits: list[str]) -> None:
         """Teach the policy *request*'s shape when it fits somewhere, once per pod.

@@ -171,6 +171,14 @@ class SchedulerMetrics:
             ["verb", "reason"],
             registry=r,
         )
+        self.shortlists = Counter(
+            "xpushare_scheduler_filter_shortlists_total",
+            "/filter answers where more nodes fit than extender.shortlist, by result: "
+            "shortened to the policy's best, or every node passed on for a pod that states "
+            "soft preferences",
+            ["result"],
+            registry=r,
+        )
         self.annotation_errors = Counter(
             "xpushare_scheduler_annotation_errors_total",
             "Malformed annotations seen (reported and ignored), per object kind and key",
