@@ -30,6 +30,7 @@ from xpushare.testing.realcluster import HandoffReleaser
 pytestmark = pytest.mark.realcluster
 
 REQUEST_COUNT = "xpushare_scheduler_request_duration_seconds_count"
+SHORTLISTS = "xpushare_scheduler_filter_shortlists_total"
 
 #: Words of /filter's reason for a node whose devices are all too small.
 REASON = "4 not enough free device memory"
@@ -115,3 +116,48 @@ def test_unschedulable_pod_carries_our_reason(installed: Installed) -> None:
     ).items
     assert any(REASON in (e.message or "") for e in events), [e.message for e in events]
     assert not pod["spec"].get("nodeName")
+
+
+#: More nodes than /filter's shortlist (scheduler/shortlist.py, 16 by default).
+SHORTLIST_GROUP = 20
+
+
+def test_the_shortlist_is_taken_and_a_soft_preference_still_wins(installed: Installed) -> None:
+    # The real kube-scheduler gets 16 of the 20 nodes back from /filter and binds to one of
+    # them; a pod that prefers a node gets all 20, so kube-scheduler's node affinity score
+    # can take it to the node it prefers (the last made: last in kube-scheduler's order,
+    # outside a shortlist of equal nodes).
+    nodes = [f"gpu-short-{i:02d}" for i in range(SHORTLIST_GROUP)]
+    for name in nodes:
+        nvidia_node(installed, name, group="short")
+    shortened = installed.metric(SHORTLISTS, result="shortened")
+    preferred = installed.metric(SHORTLISTS, result="preferences")
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
+    plain = hami_pod("short-plain", "short", **limits)
+    choosy = hami_pod("short-choosy", "short", **limits)
+    choosy["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "preference": {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "In",
+                                "values": [nodes[-1]],
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+    }
+    with HandoffReleaser(installed.core, set(nodes), namespace=SYSTEM_NAMESPACE):
+        installed.core.create_namespaced_pod(PODS_NAMESPACE, plain)
+        assert wait_pod(installed, "short-plain", assigned, "bound")["spec"]["nodeName"] in nodes
+        assert installed.metric(SHORTLISTS, result="shortened") > shortened
+        installed.core.create_namespaced_pod(PODS_NAMESPACE, choosy)
+        bound = wait_pod(installed, "short-choosy", assigned, "bound")
+    assert bound["spec"]["nodeName"] == nodes[-1]
+    assert installed.metric(SHORTLISTS, result="preferences") > preferred

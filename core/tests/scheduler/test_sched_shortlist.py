@@ -3,6 +3,8 @@ all of them for a pod with soft preferences of its own, every refusal when none 
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from sched_helpers import add_nodes, bind_args, create_pod, filter_args, gpu_pod
 
@@ -26,8 +28,32 @@ def test_ties_keep_the_order_given():
 def test_a_busy_node_and_an_unscored_one_rank_below_every_scored_node():
     names = ["busy", "none", "low", "mid"]
     assert shortlist(names, [10.0, None, 0.0, 4.0], {"busy"}, 2) == ["low", "mid"]
-    # Kept when nothing better is left.
-    assert shortlist(names, [10.0, None, 0.0, 4.0], {"busy"}, 3) == ["busy", "low", "mid"]
+    # Kept when nothing better is left, a busy node last of all.
+    assert shortlist(names, [10.0, None, 0.0, 4.0], {"busy"}, 3) == ["none", "low", "mid"]
+    assert shortlist(names, [10.0, None, 0.0, 4.0], {"busy"}, 4) is names
+    assert shortlist([*names, "x"], [10.0, None, 0.0, 4.0, 1.0], {"busy"}, 4) == [
+        "none",
+        "low",
+        "mid",
+        "x",
+    ]
+    assert shortlist(names, [10.0, 9.0, 0.0, 4.0], {"busy", "none"}, 3) == ["busy", "low", "mid"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_same_as_a_plain_sort(seed):
+    rng = random.Random(seed)
+    names = [f"n{i}" for i in range(rng.randint(1, 60))]
+    scores = [rng.choice([None, *range(5)]) for _ in names]
+    busy = {n for n in names if rng.random() < 0.2}
+    keep = rng.randint(1, 20)
+
+    def rank(i: int) -> tuple[int, float, int]:
+        score = scores[i]
+        return (names[i] in busy, -(-1.0 if score is None else score), i)
+
+    expected = sorted(sorted(range(len(names)), key=rank)[:keep])
+    assert shortlist(names, scores, busy, keep) == [names[i] for i in expected]
 
 
 def test_zero_or_a_short_list_passes_every_node():
