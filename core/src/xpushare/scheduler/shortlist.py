@@ -4,8 +4,9 @@ Why /filter does not pass on every node that fits: kube-scheduler runs its own s
 on every node the extender passes, sends each of them to /prioritize, and decodes both
 answers. Through the real kube-scheduler at 1,000 nodes (benchmarks/bench_realcluster.py,
 2026-12-06) that was most of the difference between kube-scheduler's CPU per pod with our
-extender (14.5-19.5 ms) and without it (9.3 ms): the extender phase handed it 1,000 names
-twice a pod and /prioritize's answer named 994 of 999 candidates. A shortlist of the best
+extender (15.4 ms) and without it (10.0 ms, the same run): the extender phase handed it
+1,000 names twice a pod and /prioritize's answer named 994 of 999 candidates. With the
+shortlist it was 9.7 ms against 9.1 (docs/benchmarks.md, "Session 18"). A shortlist of the best
 :data:`DEFAULT_SHORTLIST` makes its scoring, the /prioritize call and both answers a few
 dozen entries whatever the cluster's size. HAMi's extender goes further and passes the one
 node it would pick (research/hami-protocol.md, the filter's answer).
