@@ -10,7 +10,12 @@ as tests/realcluster installs it. Two kube-schedulers run side by side on the sa
   memory as kube-scheduler counts any extended resource (the nodes advertise both), and
   whose pods skip our webhook;
 * ``extender``: the chart's KubeSchedulerConfiguration, whose pods our webhook admits and
-  our /filter, /prioritize and /bind place, a HandoffReleaser playing the node agents.
+  our /filter, /prioritize and /bind place.
+
+In both, a ``KubeletStandin`` plays each node's kubelet: its first status write of a pod bound
+there (``status.startTime``, kubelet's sign that it admitted the pod), which every cluster
+pays with or without xpushare, and which frees the node's handoff for our next bind there
+(DESIGN.md §6; the node agents write nothing).
 
 Both phases create the same pods, HAMi's (``nvidia.com/gpu: 1``, ``nvidia.com/gpumem:
 8000``, or the mock vendor's names): kube-scheduler's own work per node grows with the
@@ -20,12 +25,12 @@ Each phase creates its pods from a few threads and times from the first create t
 pod bound (watched). ``--rounds N`` runs the two phases N times, alternating, and reports each
 round's ratio and their median: on shared cores the same phase costs a third more CPU in one
 minute than in the next, so one pair of phases can say more of the machine than of the path.
-Node objects only, no kubelet. Our scheduler's CPU (user+system) and RSS are read from /proc
-around the extender phases, and every process's CPU around each phase: on shared cores the
-rates follow the whole path's CPU per pod, so the table says where it goes (the stand-in
-agents and the load generator read raw JSON to stay out of it). ``--profile`` samples our
-scheduler with py-spy; ``--profile-kube-scheduler`` and ``--profile-apiserver`` take Go CPU
-profiles of those. Prints figures; asserts nothing.
+Node objects only: no kubelet but the stand-in. Our scheduler's CPU (user+system) and RSS are
+read from /proc around the extender phases, and every process's CPU around each phase: on
+shared cores the rates follow the whole path's CPU per pod, so the table says where it goes
+(the stand-in kubelets and the load generator read raw JSON to stay out of it).
+``--profile`` samples our scheduler with py-spy; ``--profile-kube-scheduler`` and
+``--profile-apiserver`` take Go CPU profiles of those. Prints figures; asserts nothing.
 
     scripts/kube-binaries                     # once
     uv run python benchmarks/bench_realcluster.py --nodes 1000 --pods 600 --rounds 3
@@ -55,13 +60,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 sys.path.insert(0, str(REPO / "tests" / "realcluster"))
 
-from realkit import SYSTEM_NAMESPACE, Installed, install  # noqa: E402
+from realkit import Installed, install  # noqa: E402
 
 from xpushare.codec import encode_inventory, inventory_key  # noqa: E402
 from xpushare.models import Device  # noqa: E402
 from xpushare.testing.realcluster import (  # noqa: E402
     ControlPlane,
-    HandoffReleaser,
+    KubeletStandin,
     binaries_folder,
     create_ready_node,
     free_port,
@@ -256,9 +261,9 @@ def cpu_seconds(pid: int) -> float:
 
 def cpu_by_process(plane: ControlPlane) -> dict[str, float]:
     """CPU seconds so far of every control-plane component, and of this process (the load
-    generator, the bound counter and the stand-in node agents)."""
+    generator, the bound counter and the stand-in kubelets)."""
     found = {c.name: cpu_seconds(c.process.pid) for c in plane.components}
-    found["bench (load, watch, stand-in agents)"] = sum(os.times()[:2])
+    found["bench (load, watch, stand-in kubelets)"] = sum(os.times()[:2])
     return found
 
 
@@ -367,7 +372,8 @@ def run_plain(
     installed: Installed, plane: ControlPlane, namespace: str, pods: int, limits: dict[str, str]
 ) -> Measured:
     cpu_before, requests_before = cpu_by_process(plane), api_requests(plane)
-    result = phase(installed, namespace, pods, limits, PLAIN)
+    with KubeletStandin(installed.core):
+        result = phase(installed, namespace, pods, limits, PLAIN)
     cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_process(plane).items()}
     return Measured("plain", result, cpu, api_requests(plane) - requests_before)
 
@@ -399,7 +405,7 @@ def run_extender(
         go_profiles.append(GoProfile(*probes.kube_scheduler, GO_PROFILE_S))
     if probes is not None and probes.apiserver:
         go_profiles.append(GoProfile(plane.url, probes.apiserver, GO_PROFILE_S, plane.admin_cert))
-    with HandoffReleaser(installed.core, namespace=SYSTEM_NAMESPACE):
+    with KubeletStandin(installed.core):
         result = phase(installed, namespace, pods, limits, None)
     ours = cpu_seconds(pid) - ours_before
     for go_profile in go_profiles:

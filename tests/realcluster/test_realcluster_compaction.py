@@ -26,7 +26,6 @@ import pytest
 from realkit import (
     A100_MIB,
     PODS_NAMESPACE,
-    SYSTEM_NAMESPACE,
     Installed,
     assigned,
     eventually,
@@ -38,7 +37,7 @@ from realkit import (
     wait_pod,
 )
 
-from xpushare.testing.realcluster import ControlPlane, HandoffReleaser
+from xpushare.testing.realcluster import ControlPlane, KubeletStandin
 
 pytestmark = pytest.mark.realcluster
 
@@ -90,7 +89,7 @@ def test_compacted_etcd_makes_watches_relist_and_frees_only_what_was_deleted(
     first = [f"compact-{i}" for i in range(FULL)]
     later = [f"compact-later-{i}" for i in range(DELETED)]
     ours = installed.plane.component("xpushare-scheduler")
-    with HandoffReleaser(core, {node}, namespace=SYSTEM_NAMESPACE):
+    with KubeletStandin(core, {node}):
         for name in first:
             core.create_namespaced_pod(PODS_NAMESPACE, hami_pod(name, "compact", **limits))
         for name in first:

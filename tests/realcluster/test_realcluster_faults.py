@@ -14,7 +14,6 @@ import pytest
 from realkit import (
     A100_MIB,
     PODS_NAMESPACE,
-    SYSTEM_NAMESPACE,
     Installed,
     assigned,
     eventually,
@@ -25,7 +24,7 @@ from realkit import (
     wait_pod,
 )
 
-from xpushare.testing.realcluster import HandoffReleaser
+from xpushare.testing.realcluster import KubeletStandin
 
 pytestmark = pytest.mark.realcluster
 
@@ -45,7 +44,7 @@ def test_apiserver_killed_mid_burst_leaves_no_double_booking(own_installed: Inst
     nvidia_node(installed, node, group="fault", gpus=8)
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
     names = [f"fault-{i}" for i in range(2 * HALF)]
-    with HandoffReleaser(installed.core, {node}, namespace=SYSTEM_NAMESPACE):
+    with KubeletStandin(installed.core, {node}):
         for name in names[:HALF]:
             installed.core.create_namespaced_pod(PODS_NAMESPACE, hami_pod(name, "fault", **limits))
         # Some of the first half are being filtered and bound right now.

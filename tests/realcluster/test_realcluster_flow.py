@@ -14,7 +14,6 @@ import pytest
 from realkit import (
     A100_MIB,
     PODS_NAMESPACE,
-    SYSTEM_NAMESPACE,
     Installed,
     assigned,
     hami_pod,
@@ -25,7 +24,7 @@ from realkit import (
 )
 
 from xpushare.codec import ASSIGNMENT_KEY, decode_assignment
-from xpushare.testing.realcluster import HandoffReleaser
+from xpushare.testing.realcluster import KubeletStandin
 
 pytestmark = pytest.mark.realcluster
 
@@ -78,12 +77,12 @@ def test_burst_of_pods_onto_one_node_is_bound_without_overcommit(installed: Inst
     nvidia_node(installed, node, group="burst", gpus=8)
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
     names = [f"burst-{i}" for i in range(BURST)]
-    with HandoffReleaser(installed.core, {node}, namespace=SYSTEM_NAMESPACE) as agent:
+    with KubeletStandin(installed.core, {node}) as kubelet:
         for name in names:
             installed.core.create_namespaced_pod(PODS_NAMESPACE, hami_pod(name, "burst", **limits))
         pods = [wait_pod(installed, name, assigned, "bound with an assignment") for name in names]
     assert {p["spec"]["nodeName"] for p in pods} == {node}
-    assert sorted(pod for _, pod in agent.served) == sorted(names)
+    assert sorted(pod for _, pod in kubelet.admitted) == sorted(names)
     # The safety property, recounted from the API server alone: no GPU booked past its memory
     # or its share slots; and our scheduler's ledger holds what the recount holds.
     memory, shares = recount(pods)
@@ -153,7 +152,7 @@ def test_the_shortlist_is_taken_and_a_soft_preference_still_wins(installed: Inst
             ]
         }
     }
-    with HandoffReleaser(installed.core, set(nodes), namespace=SYSTEM_NAMESPACE):
+    with KubeletStandin(installed.core, set(nodes)):
         installed.core.create_namespaced_pod(PODS_NAMESPACE, plain)
         assert wait_pod(installed, "short-plain", assigned, "bound")["spec"]["nodeName"] in nodes
         assert installed.metric(SHORTLISTS, result="shortened") > shortened

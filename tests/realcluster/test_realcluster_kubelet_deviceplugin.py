@@ -31,7 +31,7 @@ from realkit import (
     wait_pod,
 )
 
-from xpushare.codec import ASSIGNMENT_KEY, HANDOFF_KEY, decode_assignment
+from xpushare.codec import ASSIGNMENT_KEY, HANDOFF_KEY, decode_assignment, decode_handoff
 from xpushare.node.kube import KubeClient
 from xpushare.plugins.builtin import mock
 from xpushare.testing.realcluster import AgentThread, KubeletNode, config_env, config_for
@@ -135,8 +135,10 @@ def test_kubelet_admits_a_pod_and_the_runtime_gets_hami_core(gpu_node: GpuNode) 
     # allocated the one it chose (Allocate names no pod: the handoff says which it is).
     assert gpu_node.allocations("nvidia", "preferred") > preferred
     assert gpu_node.allocations("nvidia", "allocate") > allocated
-    # Released by the agent, under the chart's RBAC and policy, in the node's handoff Lease.
-    assert eventually(lambda: HANDOFF_KEY not in _handoff_annotations(installed))
+    # The agent wrote nothing back: the handoff still names the pod, and kubelet's own
+    # status write (startTime) is what frees the node for the next bind.
+    assert decode_handoff(_handoff_annotations(installed)[HANDOFF_KEY]).pod.name == "dp-train"
+    assert pod["status"]["startTime"]
 
     (record,) = gpu_node.node.containers(PODS_NAMESPACE, "dp-train")
     config = record["request"]["config"]
@@ -166,6 +168,67 @@ def test_kubelet_admits_a_pod_and_the_runtime_gets_hami_core(gpu_node: GpuNode) 
     ]
     assert "StopContainer" in calls
     assert eventually(lambda: not cache.exists(), KUBELET_WAIT_S), "HAMi-core cache not freed"
+
+
+#: How long the test holds our Allocate back: long enough to read the pod's status a few times
+#: while kubelet waits for the answer.
+HOLD_S = 3.0
+
+
+def test_kubelet_stamps_start_time_after_our_allocate_which_frees_the_handoff(
+    gpu_node: GpuNode,
+) -> None:
+    """What the handoff's release rests on (DESIGN.md §6): the real kubelet writes a pod's
+    ``status.startTime`` only after every Allocate of it has answered, and the scheduler
+    binds the next pod to the node on that write alone, the node agent writing nothing."""
+    import asyncio
+    import threading
+
+    installed = gpu_node.installed
+    gpu_node.agent.wait(lambda _: registered(gpu_node), "both plugins registered with kubelet")
+    assert eventually(lambda: gpu_node.node.capacity().get(GPU) == str(2 * SHARES), 60)
+    agent = gpu_node.agent.agent
+    assert agent is not None
+    allocator = agent.allocator
+    original = allocator.allocate
+    held = threading.Event()
+    answered = threading.Event()
+
+    async def held_back(vendor: str, resource: str, ids: Any) -> Any:
+        held.set()
+        await asyncio.sleep(HOLD_S)
+        try:
+            return await original(vendor, resource, ids)
+        finally:
+            answered.set()
+
+    allocator.allocate = held_back  # type: ignore[method-assign,assignment]
+    try:
+        installed.core.create_namespaced_pod(PODS_NAMESPACE, train_pod("dp-held"))
+        assert held.wait(KUBELET_WAIT_S), "kubelet never called Allocate"
+        # The next pod for the node comes while the first one's Allocate is held: its bind
+        # waits for the node's handoff.
+        installed.core.create_namespaced_pod(PODS_NAMESPACE, train_pod("dp-next"))
+        seen = []
+        while not answered.is_set():
+            first = installed.core.read_namespaced_pod("dp-held", PODS_NAMESPACE)
+            second = installed.core.read_namespaced_pod("dp-next", PODS_NAMESPACE)
+            if not answered.is_set():
+                seen.append((first.spec.node_name, first.status.start_time, second.spec.node_name))
+            time.sleep(0.2)
+        assert seen, "no read while Allocate was held"
+        assert all(seen_ == (NODE, None, None) for seen_ in seen), seen
+    finally:
+        del allocator.allocate  # the class's method again
+    pod = wait_pod(installed, "dp-held", running, "running", deadline=_deadline())
+    assert pod["status"]["startTime"]
+    # Then the next pod binds: kubelet's status write freed the handoff.
+    wait_pod(installed, "dp-next", running, "running", deadline=_deadline())
+    assert decode_handoff(_handoff_annotations(installed)[HANDOFF_KEY]).pod.name == "dp-next"
+    for name in ("dp-held", "dp-next"):
+        installed.core.delete_namespaced_pod(name, PODS_NAMESPACE, grace_period_seconds=1)
+    for name in ("dp-held", "dp-next"):
+        assert eventually(lambda name=name: gone(installed, name), KUBELET_WAIT_S)
 
 
 def test_kubelet_restart_our_plugins_register_again_and_the_pod_keeps_its_device(

@@ -33,7 +33,7 @@ from realkit import (
     wait_pod,
 )
 
-from xpushare.testing.realcluster import HandoffReleaser
+from xpushare.testing.realcluster import KubeletStandin
 
 pytestmark = pytest.mark.realcluster
 
@@ -99,7 +99,7 @@ def test_leader_frozen_mid_burst_and_resumed_books_no_gpu_twice(replicated: Inst
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
     names = [f"lead-{i}" for i in range(PODS)]
     core = installed.core
-    with HandoffReleaser(core, nodes, namespace=SYSTEM_NAMESPACE):
+    with KubeletStandin(core, nodes):
         for name in names[: PODS // 2]:
             core.create_namespaced_pod(PODS_NAMESPACE, hami_pod(name, "lead", **limits))
 

@@ -163,10 +163,11 @@ def assignment_of(api: FakeApiServer, name: str, namespace: str = "default") -> 
 
 
 class DevicePlugin:
-    """Plays the node agents: releases a node's handoff once its pod is bound there.
+    """Plays kubelet and the node agents: once a node's handoff names a pod bound there, the
+    pod is admitted (kubelet's status write of ``status.startTime``), which frees the handoff
+    for the next bind (DESIGN.md §6); the agents write nothing.
 
-    It edits the node's handoff Lease through the fake API server, as another writer would,
-    after *delay_s*.
+    It edits the pod through the fake API server, as kubelet would, after *delay_s*.
     """
 
     def __init__(self, api: FakeApiServer, delay_s: float = 0.0) -> None:
@@ -177,7 +178,7 @@ class DevicePlugin:
 
     async def _run(self) -> None:
         while True:
-            for (plural, namespace, lease), obj in list(self.api.objects.items()):
+            for (plural, _namespace, _lease), obj in list(self.api.objects.items()):
                 if plural != "leases":
                     continue
                 name = (obj.get("spec") or {}).get("holderIdentity") or ""
@@ -185,17 +186,21 @@ class DevicePlugin:
                 if raw is None:
                     continue
                 handoff = decode_handoff(raw)
-                target = self.api.get("pods", handoff.pod.name, handoff.pod.namespace)
+                pod = handoff.pod
+                target = self.api.get("pods", pod.name, pod.namespace)
                 if target is None or target["spec"].get("nodeName") != name:
+                    continue
+                if (target.get("status") or {}).get("startTime"):
                     continue
                 if self.delay_s:
                     await asyncio.sleep(self.delay_s)
-                self.served.append((name, handoff.pod.name))
+                self.served.append((name, pod.name))
 
-                def release(o: dict[str, Any]) -> None:
-                    o["metadata"]["annotations"].pop(HANDOFF_KEY, None)
+                def admit(o: dict[str, Any]) -> None:
+                    o.setdefault("status", {})["startTime"] = "2026-12-06T00:00:00Z"
 
-                self.api.modify("leases", lease, release, namespace)
+                if self.api.get("pods", pod.name, pod.namespace) is not None:
+                    self.api.modify("pods", pod.name, admit, pod.namespace)
             await asyncio.sleep(0.002)
 
     def __enter__(self) -> DevicePlugin:

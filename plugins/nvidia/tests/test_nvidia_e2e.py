@@ -16,7 +16,7 @@ from typing import Any
 from fake_nvml import FakeNvml, uuid
 from nvidia_kit import base_config
 
-from xpushare.codec import HANDOFF_KEY, decode_assignment
+from xpushare.codec import decode_assignment
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
 from xpushare.testing.hosts import vendor_host
@@ -69,7 +69,7 @@ async def test_a_two_gpu_pod_gets_an_nvlink_pair_with_hami_core_limits(
             assert envs[f"CUDA_DEVICE_SM_LIMIT_{i}"] == "30"
         assert envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/usr/local/vgpu/vgpu.cache"
         assert "/etc/ld.so.preload" in admitted["main"].mounts
-        await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.handoff_annotations(), 5)
+        await flow.handoff_served()
     assert fake.thread_violations == 0
 
 
@@ -112,7 +112,7 @@ async def test_two_pods_share_one_a100_through_mig_instances_made_for_them(
             assert mig.startswith("MIG-") and fake.alive(0, mig)
             assert not any(k.startswith("CUDA_DEVICE_MEMORY_LIMIT") for k in envs)
             migs.append(mig)
-            await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.handoff_annotations(), 5)
+            await flow.handoff_served()
         assert places[0] == "3g.40gb@4"  # the smallest profile over 30000 MiB, 4g kept open
         assert places[1] is not None and places[1].startswith("1g.10gb@")
 

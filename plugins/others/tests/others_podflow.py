@@ -1,7 +1,7 @@
 """The steps every xpushare-others pod-flow test shares: a pod's share used, then given back.
 
 Why: each vendor's pod-flow test must show the same life cycle around its own Allocate
-assertions (the handoff released after Allocate, a second pod with the same request refused
+assertions (the handoff served by Allocate, a second pod with the same request refused
 by /filter while the first holds the device, and fitting again once the first is deleted);
 written once here so the four tests differ only in what is vendor-specific.
 """
@@ -10,17 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from xpushare.codec import HANDOFF_KEY
 from xpushare.testing.podflow import PodFlow
 
-#: Bound of waits that end within milliseconds on working code (the node agent releasing a
-#: handoff, the scheduler's watch seeing a deletion): only there so a broken test fails.
+#: Bound of waits that end within milliseconds on working code (the scheduler's watch seeing
+#: a pod admitted or deleted): only there so a broken test fails.
 WAIT_S = 5.0
-
-
-async def handoff_released(flow: PodFlow) -> None:
-    """Wait until the node agent has released the handoff /bind wrote (after Allocate)."""
-    await flow.api.wait_for(lambda: HANDOFF_KEY not in flow.handoff_annotations(), WAIT_S)
 
 
 async def refused_then_fits_after_delete(

@@ -6,9 +6,9 @@ and the pod's *assignment* naming each container's slices. This module:
 
 1. finds the pod: the one named by the ``xpushare.io/handoff`` of the node's handoff Lease
    (``handoff.<node>``, scheduler/handoffbook.py) if it is current and
-   still waits for this vendor; else (the handoff expired, was released, or is malformed) the
-   oldest Pending pod on the node whose assignment still has a container of this vendor to
-   serve;
+   still waits for this vendor (not admitted by kubelet yet, and not served here); else (the
+   handoff expired, has served its pod, or is malformed) the oldest Pending pod on the node
+   whose assignment still has a container of this vendor to serve;
 2. matches kubelet's request to a container: kubelet's ids ``<device>::<n>`` name physical
    devices, which must be exactly the devices of the next container of this vendor that has
    not been served yet (init containers first, in assignment order, as kubelet admits them);
@@ -16,9 +16,11 @@ and the pod's *assignment* naming each container's slices. This module:
    kubelet disagree and is refused with both sides named;
 3. asks the vendor's ``allocate`` hook (on its library thread) for the container's envs,
    device nodes, mounts and CDI devices;
-4. when the last container of the last vendor of the pod has been served, releases the
-   handoff (a compare-and-swap on the Lease's resourceVersion, so a newer handoff written
-   meanwhile is never deleted).
+4. writes nothing back. The handoff stays until the scheduler's next bind on the node
+   replaces it, which it does once kubelet's status write shows the pod admitted
+   (``status.startTime``: kubelet writes it after every Allocate of the pod, DESIGN.md §6).
+   Until then this agent knows the pod is served from its own record of the containers it
+   served, and from the pod's ``startTime`` after a restart of the agent.
 
 Everything runs under Allocate's own deadline: kubelet waits with no timeout inside its pod
 admission loop, so an answer is always an error or a result within
@@ -28,7 +30,6 @@ admission loop, so an answer is always an error or a result within
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -39,10 +40,8 @@ from xpushare.codec import (
     ASSIGNMENT_KEY,
     HANDOFF_KEY,
     TERM_KEY,
-    Handoff,
     decode_assignment,
     decode_handoff,
-    encode_handoff,
     parse_term,
 )
 from xpushare.errors import CodecError, PluginError, VendorUnavailable, XpushareError
@@ -56,7 +55,7 @@ from xpushare.models import (
 from xpushare.native import LibraryThreadStuck, NativeCallTimeout, NativeError
 from xpushare.node.devices import physical_id
 from xpushare.node.grpcerrors import summarize
-from xpushare.node.kube import KubeConflict, KubeError
+from xpushare.node.kube import KubeError
 from xpushare.node.ledger import LedgerError, pod_key
 
 if TYPE_CHECKING:
@@ -69,10 +68,6 @@ if TYPE_CHECKING:
     from xpushare.plugins import VendorHandle
 
 log = logging.getLogger(__name__)
-
-#: How many times a handoff update is retried when the node changed meanwhile (409): the
-#: scheduler writes the handoff at most once per bind, so two retries settle any race.
-HANDOFF_RETRIES = 3
 
 #: The longest lifetime a scheduler gives a handoff (its ``bind.handoff_ttl_s`` is at most
 #: 120 s): a handoff claiming more was written by a skewed clock or by hand, and is read as
@@ -113,12 +108,11 @@ class _Progress:
 
 @dataclass(frozen=True)
 class _Pending:
-    """The pod being admitted, its assignment, and the handoff Lease as read (for its CAS)."""
+    """The pod being admitted and its assignment."""
 
     pod: PodRef
     assignment: PodAssignment
     via_handoff: bool
-    lease: JsonObject | None = None
     #: The pod's annotations as read, for the vendor's per-pod settings (e.g. a QoS policy).
     annotations: Mapping[str, str] = field(default_factory=dict)
 
@@ -207,7 +201,7 @@ class Allocator:
     ) -> ContainerAllocation:
         physical = self._physical(vendor, kubelet_ids, what)
         pending = await self._pending(vendor, what, physical)
-        pod, assignment = pending.pod, pending.assignment
+        pod = pending.pod
         index, container = self._match(vendor, pending, kubelet_ids, physical, what)
         handle = self._vendors[vendor]
         view = self._devices[vendor].view
@@ -259,8 +253,6 @@ class Allocator:
             pod,
             container.container,
         )
-        if self._vendor_done(pod, assignment, vendor):
-            await self._release(pod, vendor, pending.lease)
         self._forget_old()
         return result
 
@@ -464,7 +456,7 @@ class Allocator:
             node_term = parse_term(annotations.get(TERM_KEY))
             pending = await self._from_handoff(raw, vendor, what, node_term)
             if pending is not None:
-                return dataclasses.replace(pending, lease=lease)
+                return pending
         return await self._from_listing(vendor, what, physical)
 
     async def _from_handoff(
@@ -505,7 +497,16 @@ class Allocator:
         if handoff.pod.uid and ref.uid and handoff.pod.uid != ref.uid:
             log.info("%s: pod %s was re-created since the handoff; looking for pods", what, ref)
             return None
+        if _admitted(pod):
+            # kubelet admitted it before (its status has a startTime): every Allocate of it
+            # is behind it, and this one is another pod's. The scheduler replaces the
+            # handoff at its next bind here; until then it names a pod that was served.
+            log.info("%s: the handoff's pod %s was admitted already; looking for pods", what, ref)
+            return None
         assignment = self._assignment(pod, ref, what)
+        if self._vendor_done(ref, assignment, vendor):
+            log.info("%s: the handoff's pod %s was served already; looking for pods", what, ref)
+            return None
         return _Pending(ref, assignment, via_handoff=True, annotations=_annotations(pod))
 
     async def _from_listing(
@@ -517,6 +518,8 @@ class Allocator:
             meta = pod.get("metadata") or {}
             if (pod.get("status") or {}).get("phase") != "Pending" or meta.get("deletionTimestamp"):
                 continue
+            if _admitted(pod):
+                continue  # kubelet admitted it already: its Allocates are behind it
             if ASSIGNMENT_KEY not in (meta.get("annotations") or {}):
                 continue
             ref = _pod_ref(pod)
@@ -575,56 +578,10 @@ class Allocator:
         except KubeError as exc:
             raise AllocateError(Status.UNAVAILABLE, f"{what}: cannot {doing}: {exc}") from exc
 
-    # -- releasing the handoff -----------------------------------------------------------------
+    # -- what was served ---------------------------------------------------------------------
 
     def _vendor_done(self, pod: PodRef, assignment: PodAssignment, vendor: str) -> bool:
         return len(self._served(pod, vendor)) >= len(_containers(assignment, vendor))
-
-    async def _release(self, pod: PodRef, vendor: str, lease: JsonObject | None) -> None:
-        """Record *vendor* as allocated in the handoff; remove it when the pod is complete.
-
-        A failure here does not fail the Allocate (the container is served): the handoff
-        expires on its own and the scheduler then treats the node as free.
-        """
-        for _ in range(HANDOFF_RETRIES):
-            try:
-                # The Lease as read to find the pod saves a round trip; a conflict re-reads.
-                if lease is None:
-                    lease = await self.kube.get_handoff()
-                    if lease is None:
-                        return
-                meta = lease.get("metadata") or {}
-                raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
-                if raw is None:
-                    return
-                try:
-                    handoff = decode_handoff(raw, node=self.node)
-                except CodecError:
-                    return  # not ours to repair here; it expires or is overwritten
-                if not _same_pod(handoff, pod):
-                    return  # a newer pod's handoff: leave it alone
-                updated = handoff.with_allocated(vendor)
-                value = None if updated.complete() else encode_handoff(updated, node=self.node)
-                await self.kube.patch_handoff(
-                    {
-                        "metadata": {
-                            "resourceVersion": meta.get("resourceVersion"),
-                            "annotations": {HANDOFF_KEY: value},
-                        }
-                    }
-                )
-                if value is None:
-                    log.info("released the handoff of pod %s on node %s", pod, self.node)
-                return
-            except KubeConflict:
-                lease = None
-                continue
-            except (KubeError, CodecError, ValueError) as exc:
-                log.warning("cannot update the handoff of pod %s: %s", pod, exc)
-                return
-        log.warning(
-            "gave up updating the handoff of pod %s after %d conflicts", pod, HANDOFF_RETRIES
-        )
 
     def _forget_old(self) -> None:
         limit = self._clock() - self.forget_after_s
@@ -632,11 +589,14 @@ class Allocator:
             del self._progress[key]
 
 
-def _same_pod(handoff: Handoff, pod: PodRef) -> bool:
-    if handoff.pod.uid and pod.uid:
-        return handoff.pod.uid == pod.uid
-    return handoff.pod.namespace == pod.namespace and handoff.pod.name == pod.name
-
-
 def _share_number(kubelet_id: str) -> int:
     return int(kubelet_id.rpartition("::")[2] or 0)
+
+
+def _admitted(pod: JsonObject) -> bool:
+    """Whether kubelet has admitted *pod* (the scheduler's ``objects.started`` reads the same
+    fields): a ``status.startTime``, or a phase past Pending."""
+    status = pod.get("status") or {}
+    if not isinstance(status, dict):
+        return False
+    return bool(status.get("startTime")) or status.get("phase") not in (None, "", "Pending")

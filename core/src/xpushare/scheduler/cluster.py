@@ -180,6 +180,9 @@ class ClusterState:
         self.on_node_changed: list[Callable[[str], None]] = []
         #: Called with a pod key when the pod was deleted.
         self.on_pod_deleted: list[Callable[[str], None]] = []
+        #: Called with a node name when a pod counted there was first seen admitted by
+        #: kubelet (objects.started): the node's handoff is free from then on.
+        self.on_pod_started: list[Callable[[str], None]] = []
         self.nodes_synced = False
         self.pods_synced = False
         #: Quotas are listed before the first decision, so a restart enforces them at once.
@@ -471,7 +474,7 @@ class ClusterState:
         record = self.pods.get(key)
         raw = self._raw(obj)
         if record is not None and record.raw == raw:
-            record.started = ob.started(obj)
+            self._set_started(record, obj)
             return
         try:
             assignment = self.pod_assignment(obj)
@@ -530,8 +533,17 @@ class ClusterState:
         if record is None:
             record = self._remember(key, obj, assignment.node)
         record.node = assignment.node
-        record.started = ob.started(obj)
+        self._set_started(record, obj)
         record.raw = raw
+
+    def _set_started(self, record: PodRecord, obj: ob.Object) -> None:
+        started = ob.started(obj)
+        if started and not record.started:
+            record.started = True
+            for callback in self.on_pod_started:
+                callback(record.node)
+        else:
+            record.started = started
 
     def _remember(self, key: str, obj: ob.Object, node: str) -> PodRecord:
         """A new record of a counted pod on *node*."""
@@ -539,11 +551,12 @@ class ClusterState:
             key,
             compact(ob.pod_ref(obj)),
             node,
-            ob.started(obj),
+            False,
             since=ob.bound_since(obj) or self._clock(),
         )
         self.pods[key] = record
         self._by_name[(record.ref.namespace, record.ref.name)] = key
+        self._set_started(record, obj)
         return record
 
     def _tampered(
@@ -570,7 +583,7 @@ class ClusterState:
         if record is None and what != "added":
             record = self._remember(key, obj, node)
         if record is not None:
-            record.started = ob.started(obj)
+            self._set_started(record, obj)
             record.raw = raw
 
     def assume(self, key: str) -> None:

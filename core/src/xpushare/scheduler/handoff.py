@@ -20,8 +20,12 @@ The handoff is also what keeps two scheduler replicas from double-booking a node
 * a handoff is replaced only when its pod is bound, gone, or *fenced*: a patch of the pod
   that changes its resourceVersion, which the writer's Binding carries as a precondition.
 
-A handoff is *free* when it is absent, complete (every vendor allocated), or names the pod
-being bound under this term. Any other is judged by :meth:`HandoffManager.stale_cause`.
+A handoff is *free* when it is absent, complete (every vendor allocated: written by node
+agents before 2026-12-06), names the pod being bound under this term, or names a pod kubelet
+has admitted on the node (``status.startTime``, :func:`objects.started`): the node agent
+writes nothing when it has served a pod, and kubelet's own status write is the sign that
+every Allocate of the pod is behind it. A free handoff is replaced by the next bind's in one
+write, never cleared first. Any other is judged by :meth:`HandoffManager.stale_cause`.
 Times read from a handoff are bounded by the configured lifetime on this replica's clock
 (:meth:`~xpushare.codec.Handoff.expires_for`), so a skewed or hand-edited one cannot block
 a node for good.
@@ -166,6 +170,7 @@ class HandoffManager:
         #: takeover read): binds of a term read once per node, whatever wrote first.
         self._read_under: dict[str, int] = {}
         cluster.on_node_changed.append(self._changed)
+        cluster.on_pod_started.append(self._changed)
         self.book.on_changed.append(self._changed)
 
     def _slot(self, node: str) -> _Slot:
@@ -202,11 +207,26 @@ class HandoffManager:
         handoff = record.handoff
         if handoff is None:
             return False  # malformed: repaired by the caller, never ignored
-        if handoff.complete():
+        if handoff.complete() or self._admitted(node, handoff):
             return True
         # The same pod's handoff from an older term is not ours to overwrite: the bind that
         # wrote it may still land, so it is fenced first (stale_cause).
         return same_pod(handoff.pod, pod) and (term or 0) <= handoff.term
+
+    def _admitted(self, node: str, handoff: Handoff) -> bool:
+        """Whether kubelet has admitted the handoff's pod on *node* (objects.started): its
+        Allocates are all behind it, so its handoff has served and is free.
+
+        The node agent writes nothing when it has served a pod (DESIGN.md §6): this, from
+        kubelet's own status write, is what frees the node for the next bind.
+        """
+        known = self.cluster.pod_by_name(handoff.pod.namespace, handoff.pod.name)
+        return (
+            known is not None
+            and (not handoff.pod.uid or known.ref.uid == handoff.pod.uid)
+            and known.node == node
+            and known.started
+        )
 
     def _check_term(self, node: str, term: int | None) -> None:
         record = self.book.get(node)
@@ -406,14 +426,20 @@ class HandoffManager:
         except KubeError as exc:
             log.warning("clearing the handoff of node %s failed: %s", node, exc)
             return False
+        self._repaired(node, cause, expected)
+        return True
+
+    def _repaired(
+        self, node: str, cause: str, replaced: Handoff | None, done: str = "cleared"
+    ) -> None:
         self.metrics.handoff_repairs.labels(cause=cause).inc()
         log.info(
-            "cleared the %s handoff of node %s (pod %s)",
+            "%s the %s handoff of node %s (pod %s)",
+            done,
             cause,
             node,
-            expected.pod if expected else "?",
+            replaced.pod if replaced else "?",
         )
-        return True
 
     async def acquire(
         self,
@@ -446,21 +472,23 @@ class HandoffManager:
                 except Fenced as exc:
                     await self._heal(exc)
                     raise
+                repaired: tuple[str, Handoff | None] | None = None
                 if not self._free_for(node, pod, term):
                     record = self.book.get(node)
                     current = record.handoff if record else None
+                    judged = record.resource_version if record else ""
                     cause, fenced = await self._judge(node, term, pod)
-                    if cause is not None:
-                        if (
-                            fenced is not None
-                            and current is not None
-                            and same_pod(current.pod, pod)
-                        ):
-                            pod_version = ob.resource_version(fenced)
-                        await self.clear(node, current, cause, term)
+                    if cause is None:
+                        await self._wait_change(slot, node, deadline, started)
                         continue
-                    await self._wait_change(slot, node, deadline, started)
-                    continue
+                    if fenced is not None and current is not None and same_pod(current.pod, pod):
+                        pod_version = ob.resource_version(fenced)
+                    now = self.book.get(node)
+                    if now is None or now.resource_version != judged or aborted():
+                        continue  # it changed while judged (or the pod went): look again
+                    # The stale handoff is replaced by this one in the same write (its
+                    # precondition is the version judged), not cleared first: one write.
+                    repaired = (cause, current)
                 handoff = Handoff.begin(
                     pod, vendors, now=self.clock(), ttl_s=self.ttl_s, term=term or 0
                 )
@@ -472,6 +500,8 @@ class HandoffManager:
                         raise
                     await self._refresh(node)
                     continue
+                if repaired is not None:
+                    self._repaired(node, *repaired, done="replaced")
                 self.metrics.handoff_wait_seconds.observe(loop.time() - started)
                 # Whatever this term wrote first on the node (this handoff, a repair), its
                 # pods are read once before its first Binding there.
@@ -498,8 +528,8 @@ class HandoffManager:
             expires = record.handoff.expires_for(record.seen, self.ttl_s)
             wait = min(wait, max(0.01, expires - self.clock()))
         slot.changed.clear()
-        # Re-check periodically too: a pod that started shows up on the pod watch, not
-        # on the node's.
+        # Re-check periodically too: an expired handoff or a never-bound pod is judged on
+        # time, and no event comes for those.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(wait, 0.5)):
                 await slot.changed.wait()
@@ -509,8 +539,8 @@ class HandoffManager:
         waited = asyncio.get_running_loop().time() - started
         who = f" pod {handoff.pod}" if handoff else " another pod"
         return (
-            f"node {node} is still handing its devices to{who} after {waited:.1f} s (its "
-            "device plugin has not called Allocate yet); kube-scheduler retries this pod"
+            f"node {node} is still handing its devices to{who} after {waited:.1f} s (kubelet "
+            "has not admitted it yet: no status.startTime); kube-scheduler retries this pod"
         )
 
     async def release(self, node: str, pod: PodRef, term: int | None = None) -> None:
@@ -531,6 +561,8 @@ class HandoffManager:
             slot = self._slot(node)
             if slot.lock.locked():
                 continue  # a bind is deciding about this node right now
+            if record.handoff is not None and self._admitted(node, record.handoff):
+                continue  # served and free: the next bind replaces it, no write before
             cause = await self.stale_cause(node, term)
             if cause is not None and await self.clear(node, record.handoff, cause, term):
                 cleared += 1

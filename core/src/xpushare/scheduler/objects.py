@@ -103,10 +103,21 @@ def phase(obj: Any) -> str:
 
 
 def started(obj: Any) -> bool:
-    """Whether any container of the pod has been started: its devices were allocated."""
+    """Whether kubelet has admitted the pod: every Allocate of its devices is behind it.
+
+    Why ``status.startTime`` counts: kubelet admits a pod (its device manager calls every
+    Allocate the pod needs) before the pod's first status write, and its status manager
+    stamps ``startTime`` into that write (kubelet.go ``HandlePodAdditions`` admits, then
+    the pod worker's ``SyncPod`` calls ``SetPodStatus``; status_manager.go sets
+    ``StartTime`` when it is unset; a pod refused at admission gets phase Failed the same
+    way). That write is kubelet's own, made whether or not xpushare runs, so the handoff
+    that named the pod may be replaced without a write of the node agent (DESIGN.md §6).
+    """
+    st = status(obj)
+    if _str(st.get("startTime")):
+        return True
     if phase(obj) in ("Running", "Succeeded", "Failed"):
         return True
-    st = status(obj)
     for group in ("initContainerStatuses", "containerStatuses"):
         items = st.get(group)
         if not isinstance(items, list):

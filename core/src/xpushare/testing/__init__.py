@@ -19,13 +19,13 @@ if TYPE_CHECKING:
     from xpushare.testing.hosts import VendorHosts, vendor_host
     from xpushare.testing.nodeagent import RunningAgent, run_node_agent, short_socket_dir
     from xpushare.testing.podflow import PodFlow
-    from xpushare.testing.realcluster import ControlPlane, HandoffReleaser
+    from xpushare.testing.realcluster import ControlPlane, KubeletStandin
     from xpushare.testing.wheels import FreshEnv, WheelCache, clean_environ, install_in_fresh_venv
 
 __all__ = [
     "ControlPlane",
     "FreshEnv",
-    "HandoffReleaser",
+    "KubeletStandin",
     "LibraryVariants",
     "PodFlow",
     "RunningAgent",
@@ -44,7 +44,7 @@ _HOMES = {
     "vendor_host": "xpushare.testing.hosts",
     "PodFlow": "xpushare.testing.podflow",
     "ControlPlane": "xpushare.testing.realcluster",
-    "HandoffReleaser": "xpushare.testing.realcluster",
+    "KubeletStandin": "xpushare.testing.realcluster",
     "RunningAgent": "xpushare.testing.nodeagent",
     "run_node_agent": "xpushare.testing.nodeagent",
     "short_socket_dir": "xpushare.testing.nodeagent",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -33,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from xpushare.codec import inventory_key
+from xpushare.codec import HANDOFF_KEY, decode_handoff, inventory_key
 from xpushare.node import KubeClient
 from xpushare.scheduler import Scheduler, load_config
 from xpushare.scheduler.kube import Kube, KubeSettings
 from xpushare.testing.apiserver import FakeApiServer, json_patch, node
 from xpushare.testing.handoffs import handoff_annotations
-from xpushare.testing.kubelet import ContainerResult, ContainerSpec, FakeKubelet
+from xpushare.testing.kubelet import AdmissionError, ContainerResult, ContainerSpec, FakeKubelet
 from xpushare.testing.nodeagent import RunningAgent, run_node_agent, short_socket_dir
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ Object = dict[str, Any]
 
 #: The scheduler's settings in a test: loopback, free ports, one replica (no leader election),
 #: and /bind waiting at most 3 s for the node's handoff (its production default is longer; a
-#: test's node agent releases a handoff within milliseconds of Allocate).
+#: test's pod is admitted, which frees the handoff, within milliseconds of Allocate).
 SCHEDULER_SETTINGS: Mapping[str, Any] = {
     "server.host": "127.0.0.1",
     "server.port": 0,
@@ -176,7 +177,7 @@ class PodFlow:
 
     def handoff_annotations(self) -> dict[str, str]:
         """The annotations of the node's handoff Lease ({} before the first bind): where
-        /bind writes ``xpushare.io/handoff`` and Allocate releases it."""
+        /bind writes ``xpushare.io/handoff``, which Allocate reads."""
         return handoff_annotations(self.api, self.node_name)
 
     # -- the steps of a pod ------------------------------------------------------------------
@@ -262,7 +263,49 @@ class PodFlow:
         """
         if containers is None:
             containers = self._device_containers(pod)
-        return await self.kubelet.admit_pod(pod["metadata"]["uid"], containers)
+        meta = pod["metadata"]
+        try:
+            results = await self.kubelet.admit_pod(meta["uid"], containers)
+        except AdmissionError as exc:
+            self.admitted(pod, failed=str(exc))
+            raise
+        self.admitted(pod)
+        return results
+
+    async def handoff_served(self, timeout_s: float = READY_WAIT_S) -> None:
+        """Wait until the handoff /bind wrote last has served: kubelet admitted its pod (the
+        status write :meth:`allocate` plays) and the scheduler has seen it, so the node is
+        free for the next bind. The handoff stays as written (the node agent writes nothing
+        back): that is checked too."""
+        raw = self.handoff_annotations()[HANDOFF_KEY]
+        pod = decode_handoff(raw, node=self.node_name).pod
+
+        def served() -> bool:
+            known = self.scheduler.cluster.pod_by_name(pod.namespace, pod.name)
+            return known is not None and known.started
+
+        await self.api.wait_for(served, timeout_s)
+        assert self.handoff_annotations().get(HANDOFF_KEY) == raw, "the handoff was rewritten"
+
+    def admitted(self, pod: Object, *, failed: str = "") -> None:
+        """kubelet's first status write after its admission of *pod*: ``status.startTime``
+        (and phase Failed when admission refused it), which frees the node's handoff for
+        the next bind (DESIGN.md §6). :meth:`allocate` calls it; a test that admits through
+        ``flow.kubelet`` itself calls it as kubelet would."""
+        meta = pod["metadata"]
+        namespace = meta.get("namespace", "default")
+        if self.api.get("pods", meta["name"], namespace) is None:
+            return  # deleted meanwhile: kubelet has no status to write
+
+        def stamp(obj: Object) -> None:
+            status = obj.setdefault("status", {})
+            status.setdefault(
+                "startTime", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            )
+            if failed:
+                status.update(phase="Failed", reason="UnexpectedAdmissionError", message=failed)
+
+        self.api.modify("pods", meta["name"], stamp, namespace)
 
     async def delete(self, pod: Object) -> None:
         """The pod is deleted: gone from the API server, its devices free again at kubelet."""

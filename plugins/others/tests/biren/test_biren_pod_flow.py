@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -58,9 +58,9 @@ async def test_a_biren_gpu_goes_from_the_webhook_to_the_kubelet_and_back(
         assert main.envs["BR_PHY_CARDS"] == "card_3"
         assert main.device_specs == {"/dev/biren/card_3": ("/dev/biren/card_3", "rw")}
         assert main.mounts == {}
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
         again = (await flow.allocate(second))["main"]
         assert again.envs["BR_PHY_CARDS"] == "card_3"
-        await handoff_released(flow)
+        await flow.handoff_served()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from enflame_fakes import FakeEfsmi, gcu, host_tree, node_settings
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -61,12 +61,12 @@ async def test_whole_gcus_go_from_the_webhook_to_the_kubelet_and_back(
         assert main.device_specs == {
             p: (p, "rw") for p in ("/dev/gcuctl", "/dev/gcu2", "/dev/gcu3")
         }
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         again = await refused_then_fits_after_delete(flow, first, pod("again", limits={GCU: "2"}))
         allocated = (await flow.allocate(again))["main"]
         assert sorted(allocated.envs["ENFLAME_VISIBLE_DEVICES"].split(",")) == ["2", "3"]
-        await handoff_released(flow)
+        await flow.handoff_served()
 
 
 async def test_a_drs_partition_goes_from_the_webhook_to_the_kubelet_and_back(
@@ -108,7 +108,7 @@ async def test_a_drs_partition_goes_from_the_webhook_to_the_kubelet_and_back(
         assert cut["profile"] == "3g.20gb"
         assert main.envs["TOPS_VISIBLE_DEVICES"] == f"DRS-{cut['uuid']}"
         assert main.device_specs == {p: (p, "rw") for p in ("/dev/gcuctl", "/dev/gcu0")}
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         # The GCU's 6 slices are taken (HAMi's 3 and ours): one more slice fits once ours is
         # given back.
@@ -121,4 +121,4 @@ async def test_a_drs_partition_goes_from_the_webhook_to_the_kubelet_and_back(
         assert cut["profile"] == "1g.6gb" and small.envs["TOPS_VISIBLE_DEVICES"].endswith(
             cut["uuid"]
         )
-        await handoff_released(flow)
+        await flow.handoff_served()

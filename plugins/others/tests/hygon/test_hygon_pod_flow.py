@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -84,7 +84,7 @@ async def test_a_hygon_slice_goes_from_the_webhook_to_the_kubelet_and_back(
         # 60 % of 80 CUs, the first 48 bits of the mask, and the asked memory.
         assert "PciBusId: 0000:10:00.0\n" in conf
         assert "cu_mask: 0xffffffffffff\ncu_count: 48\nmem: 16384 MiB\n" in conf
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
         # The node agent's release hook removes the deleted pod's vDCU config, freeing its CUs.
@@ -95,4 +95,4 @@ async def test_a_hygon_slice_goes_from_the_webhook_to_the_kubelet_and_back(
         assert again.mounts["/etc/vdev/docker"] == (f"/usr/local/vgpu/dcu/{uid}_main", True)
         conf = (vdev / f"{uid}_main" / "vdev0.conf").read_text()
         assert "cu_mask: 0xffffffffffff\ncu_count: 48\n" in conf  # the freed CUs again
-        await handoff_released(flow)
+        await flow.handoff_served()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -77,10 +77,10 @@ async def test_an_iluvatar_slice_goes_from_the_webhook_to_the_kubelet_and_back(
             "/usr/local/vgpu/libvgpu.so": ("/usr/local/vgpu/libvgpu.so", True),
             "/etc/ld.so.preload": ("/usr/local/vgpu/ld.so.preload", True),
         }
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
         again = (await flow.allocate(second))["main"]
         assert again.envs["IX_VISIBLE_DEVICES"] == "GPU-ix-0"
         assert again.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "20480m"
-        await handoff_released(flow)
+        await flow.handoff_served()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kunlun_fakes import host_tree, node_settings, xpu
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -69,13 +69,13 @@ async def test_whole_xpus_go_from_the_webhook_to_the_kubelet_and_back(
             p: (p, "rw")
             for p in ("/dev/xpuctrl", "/dev/xpu4", "/dev/xpu5", "/dev/xpu6", "/dev/xpu7")
         }
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         again = await refused_then_fits_after_delete(flow, first, pod("again", limits={XPU: "4"}))
         assert again["metadata"]["annotations"]["BAIDU_COM_DEVICE_IDX"] == "4,5,6,7"
         allocated = (await flow.allocate(again))["main"]
         assert allocated.envs["XPU_VISIBLE_DEVICES"] == "4,5,6,7"
-        await handoff_released(flow)
+        await flow.handoff_served()
 
 
 async def test_a_vxpu_slice_goes_from_the_webhook_to_the_kubelet_and_back(
@@ -96,7 +96,7 @@ async def test_a_vxpu_slice_goes_from_the_webhook_to_the_kubelet_and_back(
         assert main.envs["XPU_VISIBLE_DEVICES"] == "0"
         assert main.envs["XPUSHARE_KUNLUN_VXPU_MEMORY_MIB"] == "49152"
         assert main.device_specs == {p: (p, "rw") for p in ("/dev/xpuctrl", "/dev/xpu0")}
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         # A 24576 slice cannot share an XPU holding a 49152 one; it fits once that is gone.
         second = await refused_then_fits_after_delete(
@@ -104,4 +104,4 @@ async def test_a_vxpu_slice_goes_from_the_webhook_to_the_kubelet_and_back(
         )
         small = (await flow.allocate(second))["main"]
         assert small.envs["XPUSHARE_KUNLUN_VXPU_MEMORY_MIB"] == "24576"
-        await handoff_released(flow)
+        await flow.handoff_served()

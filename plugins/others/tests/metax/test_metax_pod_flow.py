@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from others_podflow import WAIT_S, handoff_released, refused_then_fits_after_delete
+from others_podflow import WAIT_S, refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -86,12 +86,12 @@ async def test_a_metax_sgpu_goes_from_the_webhook_to_the_kubelet_and_back(
             "/dev/dri/renderD129": ("/dev/dri/renderD129", "rw"),
         }
         assert main.mounts == {}
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
         again = (await flow.allocate(second))["main"]
         assert again.envs["METAX_SGPUS"] == f"sgpu={BDF};compute=30;vram=40960"
-        await handoff_released(flow)
+        await flow.handoff_served()
 
 
 async def test_app_classes_keep_their_gpu_through_the_real_scheduler(
@@ -117,7 +117,7 @@ async def test_app_classes_keep_their_gpu_through_the_real_scheduler(
             pod("batch", limits={SGPU: "1", MEM: "20", CORE: "70"}, annotations={app: "offline"})
         )
         await flow.allocate(batch)
-        await handoff_released(flow)
+        await flow.handoff_served()
         plain = flow.create(
             await flow.admit(pod("plain", limits={SGPU: "1", MEM: "4", CORE: "10"}))
         )
@@ -130,7 +130,7 @@ async def test_app_classes_keep_their_gpu_through_the_real_scheduler(
         main = (await flow.allocate(online))["main"]
         assert main.envs["METAX_SGPUS"] == f"sgpu={BDF};compute=0;vram=20480"
         assert main.envs["XPUSHARE_METAX_APP_CLASS"] == "online"
-        await handoff_released(flow)
+        await flow.handoff_served()
         for holder in (batch, online):
             await flow.delete(holder)
             name = holder["metadata"]["name"]

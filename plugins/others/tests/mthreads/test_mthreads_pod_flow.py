@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -65,10 +65,10 @@ async def test_a_moore_threads_sgpu_goes_from_the_webhook_to_the_kubelet_and_bac
         assert main.envs["MTHREADS_QOS_COMPUTING_POWER_WEIGHT"] == "8"
         assert main.device_specs == {}  # the toolkit injects the nodes it is named
         assert main.mounts == {}
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
         again = (await flow.allocate(second))["main"]
         assert again.envs["MTHREADS_VISIBLE_DEVICES"] == "0"
         assert again.envs["MTHREADS_QOS_MEMORY_LIMIT"] == str(32 * GIB)
-        await handoff_released(flow)
+        await flow.handoff_served()

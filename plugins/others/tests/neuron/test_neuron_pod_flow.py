@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_fakes import neuron_host, node_settings
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -60,12 +60,12 @@ async def test_a_neuroncore_goes_from_the_webhook_to_the_kubelet_and_back(tmp_pa
         assert main.envs["NEURON_RT_VISIBLE_CORES"] == "1"
         assert main.envs["AWS_NEURON_VISIBLE_DEVICES"] == "0"
         assert main.device_specs == {"/dev/neuron0": ("/dev/neuron0", "rw")}
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         # Both cores are taken (HAMi's and ours): another core fits once ours is given back.
         again = await refused_then_fits_after_delete(flow, first, pod("again", limits={CORE: "1"}))
         assert (await flow.allocate(again))["main"].envs["NEURON_RT_VISIBLE_CORES"] == "1"
-        await handoff_released(flow)
+        await flow.handoff_served()
 
 
 async def test_whole_devices_take_an_aligned_block(tmp_path: Path) -> None:
@@ -81,9 +81,9 @@ async def test_whole_devices_take_an_aligned_block(tmp_path: Path) -> None:
         assert main.envs["NEURON_RT_VISIBLE_CORES"] == "8,9,10,11,12,13,14,15"
         assert main.envs["AWS_NEURON_VISIBLE_DEVICES"] == "4,5,6,7"
         assert set(main.device_specs) == {f"/dev/neuron{i}" for i in range(4, 8)}
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         again = await refused_then_fits_after_delete(flow, first, pod("again", limits={DEV: "4"}))
         assert again["metadata"]["annotations"]["AWS_NEURON_IDS"] == "4,5,6,7"
         await flow.allocate(again)
-        await handoff_released(flow)
+        await flow.handoff_served()

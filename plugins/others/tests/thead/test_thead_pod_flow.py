@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -61,9 +61,9 @@ async def test_a_ppu_slice_goes_from_the_webhook_to_the_kubelet_and_back(
         }
         assert main.mounts["/etc/ld.so.preload"] == ("/usr/local/vppu/ld.so.preload", True)
         assert "/usr/local/vppu/hggc_quota.so" in main.mounts
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
         again = (await flow.allocate(second))["main"]
         assert again.envs["HGGC_DEVICE_MEMORY_LIMIT_0"] == str(60 * 1024)
-        await handoff_released(flow)
+        await flow.handoff_served()

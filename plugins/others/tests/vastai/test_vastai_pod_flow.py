@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from others_podflow import handoff_released, refused_then_fits_after_delete
+from others_podflow import refused_then_fits_after_delete
 
 from xpushare.plugins import PluginHost
 from xpushare.testing.apiserver import pod
@@ -64,9 +64,9 @@ async def test_vastai_dies_go_from_the_webhook_to_the_kubelet_and_back(
         }  # fmt: skip
         assert main.device_specs["/dev/vacc1"] == ("/dev/vacc1", "rw")
         assert main.mounts == {}
-        await handoff_released(flow)
+        await flow.handoff_served()
 
         second = await refused_then_fits_after_delete(flow, first, pod("again", limits=limits))
         again = (await flow.allocate(second))["main"]
         assert again.envs["VASTAI_VISIBLE_DEVICES"] == "1,2"
-        await handoff_released(flow)
+        await flow.handoff_served()

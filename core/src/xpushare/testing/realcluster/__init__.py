@@ -53,7 +53,7 @@ from xpushare.testing.realcluster.processes import (
     wait_url,
     write_kubeconfig,
 )
-from xpushare.testing.realcluster.standins import CutProxy, HandoffReleaser, ReadyProxy
+from xpushare.testing.realcluster.standins import CutProxy, KubeletStandin, ReadyProxy
 
 __all__ = [
     "ADMISSION_PLUGINS",
@@ -64,8 +64,8 @@ __all__ = [
     "Component",
     "ControlPlane",
     "CutProxy",
-    "HandoffReleaser",
     "KubeletNode",
+    "KubeletStandin",
     "Pki",
     "ReadyProxy",
     "binaries_folder",

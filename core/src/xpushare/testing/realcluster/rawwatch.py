@@ -1,5 +1,5 @@
 """A watch of the real API server read as raw JSON, resumed until it is told to stop: what the
-stand-in node agents (:class:`~xpushare.testing.realcluster.standins.HandoffReleaser`) and the
+stand-in kubelets (:class:`~xpushare.testing.realcluster.standins.KubeletStandin`) and the
 benchmark's bound-pod counter (benchmarks/bench_realcluster.py) follow.
 
 Why raw: both share the cores of the benchmark with the control plane and our scheduler, and the

@@ -1,12 +1,11 @@
 """Stand-ins for the parts of a cluster the tests do not run: a Service in front of scheduler
-replicas (:class:`ReadyProxy`) and the node agents' release of a node's handoff
-(:class:`HandoffReleaser`).
+replicas (:class:`ReadyProxy`), a cut connection (:class:`CutProxy`) and kubelet's admission of
+a bound pod (:class:`KubeletStandin`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import socket
 import ssl
 import time
@@ -177,194 +176,127 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-class HandoffReleaser:
-    """Plays the node agents: releases a node's handoff once its pod is bound there.
+class KubeletStandin:
+    """Plays kubelet's admission of each pod bound to *nodes* (every node when ``None``): its
+    first status write, ``status.startTime``, once the pod's Binding has landed.
 
-    Why: /bind hands each pod to its node's agent through the ``xpushare.io/handoff``
-    annotation of the node's handoff Lease (``handoff.<node>`` in *namespace*) and waits for
-    the previous one to be released before binding the next pod to that node (DESIGN.md §6).
-    No kubelet runs here, so no agent would ever allocate; this removes the annotation (a
-    JSON patch that tests its value first, so a newer handoff is never taken away) once the
-    pod it names is bound to the node, as an agent does after kubelet's Allocate.
-    ``served`` lists the (node, pod) pairs it released.
+    Why: /bind hands each pod to its node's agent through the node's handoff Lease and waits
+    until the previous handoff has served before it binds the next pod there (DESIGN.md §6).
+    A handoff has served when kubelet has admitted its pod, every Allocate of it behind it,
+    which kubelet's first status write after admission shows (``status.startTime``). No
+    kubelet runs here, so this writes it, as a JSON patch of ``pods/status``. The
+    benchmark (benchmarks/bench_realcluster.py) runs it in both phases, as every cluster has
+    kubelets whether or not xpushare runs. ``admitted`` lists the (node, pod) pairs written.
 
-    It follows two watches (:func:`~xpushare.testing.realcluster.rawwatch.raw_watch`), of the
-    handoff Leases (of *nodes* only, when given) and of the bound pods, read as raw JSON: in the
-    benchmark (benchmarks/bench_realcluster.py) this stand-in shares the cores with the
-    control plane and our scheduler, and an earlier one, which let the Kubernetes client
-    build model objects of every event and polled each pod every 10 ms, spent some 40 ms of
-    CPU a pod there, more than any real component (2026-12-06).
+    It follows one watch of the bound pods (:func:`.rawwatch.raw_watch`), read as raw
+    JSON: in the benchmark this stand-in shares the cores with the control plane and our
+    scheduler, and an earlier stand-in, which let the Kubernetes client build model objects of
+    every event and polled each pod every 10 ms, spent some 40 ms of CPU a pod there, more
+    than any real component (2026-12-06).
     """
 
     #: Seconds a watch stream lasts before it is resumed: the bound of stopping.
     WATCH_S = 1
 
-    #: How long a handoff's pod may take to be bound after the handoff is written (/bind
-    #: writes the handoff, then the Binding): beyond it the handoff is left to expire.
-    BIND_WAIT_S = 30.0
+    #: How long a status write is tried again while the API server does not answer.
+    WRITE_WAIT_S = 30.0
 
-    #: Seconds the end waits for handoffs seen and not released yet (watch events and a
-    #: patch are milliseconds; a handoff whose pod is never bound costs the end this much).
+    #: Seconds the end waits for pods seen bound and not written yet (a watch event and a
+    #: patch are milliseconds).
     DRAIN_S = 2.0
 
-    def __init__(
-        self, core: Any, nodes: set[str] | None = None, workers: int = 4, *, namespace: str
-    ) -> None:
+    def __init__(self, core: Any, nodes: set[str] | None = None, workers: int = 4) -> None:
         import threading
         from concurrent.futures import ThreadPoolExecutor
 
-        from kubernetes import client
-
         self.core = core
-        self.leases = client.CoordinationV1Api(core.api_client)
-        self.namespace = namespace
         self.nodes = None if nodes is None else set(nodes)
-        self.served: list[tuple[str, str]] = []
+        self.admitted: list[tuple[str, str]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        #: Handoffs not released yet, by the pod they name: (node, raw value, written at).
-        self._waiting: dict[tuple[str, str, str], tuple[str, str, float]] = {}
-        #: Handoffs released or being released (their raw values), so a node event seen
-        #: again does not release twice.
+        #: Pods written or being written, by uid: an event seen again writes nothing.
         self._done: set[str] = set()
-        #: Where each pod seen bound is: (namespace, name, uid) -> node.
-        self._bound: dict[tuple[str, str, str], str] = {}
-        #: Releases submitted and not finished.
-        self._releasing = 0
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="handoff-release")
-        self._threads = [
-            threading.Thread(target=self._follow, args=(kind,), name=f"handoff-{kind}", daemon=True)
-            for kind in ("leases", "pods")
-        ]
+        #: Writes submitted and not finished.
+        self._writing = 0
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="kubelet-standin")
+        self._thread = threading.Thread(target=self._follow, name="kubelet-standin", daemon=True)
 
-    def __enter__(self) -> HandoffReleaser:
-        for thread in self._threads:
-            thread.start()
+    def __enter__(self) -> KubeletStandin:
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # A handoff seen but not released yet (its pod's bind event, or its patch, still on
-        # the way) is given DRAIN_S: a test that saw its last pod bound expects it served.
+        # A write on the way is given DRAIN_S: a test that saw its last pod bound expects it
+        # admitted.
         deadline = time.monotonic() + self.DRAIN_S
         while time.monotonic() < deadline:
             with self._lock:
-                if not self._waiting and not self._releasing:
+                if not self._writing:
                     break
             time.sleep(0.02)
         self._stop.set()
-        for thread in self._threads:
-            thread.join(STOP_WAIT_S)
-        self._pool.shutdown(wait=True)  # the releases queued still run: one patch each
+        self._thread.join(STOP_WAIT_S)
+        self._pool.shutdown(wait=True)  # the writes queued still run: one patch each
 
-    def _follow(self, kind: str) -> None:
-        if kind == "leases":
-            from xpushare.codec import HANDOFF_LEASE_LABEL, HANDOFF_LEASE_ROLE
-
-            raw_watch(
-                functools.partial(self.leases.list_namespaced_lease, self.namespace),
-                self._lease_event,
-                self._stop,
-                timeout_s=self.WATCH_S,
-                label_selector=f"{HANDOFF_LEASE_LABEL}={HANDOFF_LEASE_ROLE}",
-            )
-        else:
-            # Bound pods only: a pod enters this selection (ADDED) when its Binding lands,
-            # which is all a node agent waits for; the creates are half the pod events.
-            raw_watch(
-                self.core.list_pod_for_all_namespaces,
-                self._pod_event,
-                self._stop,
-                timeout_s=self.WATCH_S,
-                field_selector="spec.nodeName!=",
-            )
-
-    def _lease_event(self, kind: str, lease: dict[str, Any], meta: dict[str, Any]) -> None:
-        if kind != "DELETED":
-            self._lease_seen(lease, meta)
+    def _follow(self) -> None:
+        # Bound pods only: a pod enters this selection (ADDED) when its Binding lands, which
+        # is when kubelet sees it; the creates are half the pod events.
+        raw_watch(
+            self.core.list_pod_for_all_namespaces,
+            self._pod_event,
+            self._stop,
+            timeout_s=self.WATCH_S,
+            field_selector="spec.nodeName!=",
+        )
 
     def _pod_event(self, kind: str, pod: dict[str, Any], meta: dict[str, Any]) -> None:
-        if kind != "DELETED":
-            self._pod_seen(pod, meta)
-
-    def _lease_seen(self, lease: dict[str, Any], meta: dict[str, Any]) -> None:
-        from xpushare.codec import HANDOFF_KEY, decode_handoff
-
-        name = (lease.get("spec") or {}).get("holderIdentity") or ""
-        raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
-        if raw is None or (self.nodes is not None and name not in self.nodes):
+        if kind == "DELETED":
             return
-        handoff = decode_handoff(raw, node=name)
-        pod = (handoff.pod.namespace, handoff.pod.name, handoff.pod.uid)
-        with self._lock:
-            if handoff.complete() or raw in self._done:
-                return
-            self._forget_expired()
-            bound = self._bound_node(pod)
-            if bound != name:
-                self._waiting[pod] = (name, raw, time.monotonic())
-                return
-            self._done.add(raw)
-            self._releasing += 1
-        self._pool.submit(self._release, name, raw, pod[1])
-
-    def _pod_seen(self, pod: dict[str, Any], meta: dict[str, Any]) -> None:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        status = pod.get("status") or {}
+        uid = meta.get("uid") or ""
+        if not node or (self.nodes is not None and node not in self.nodes):
             return
-        key = (meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+        if status.get("startTime") or meta.get("deletionTimestamp"):
+            return
         with self._lock:
-            self._bound[key] = node
-            waiting = self._waiting.pop(key, None) or self._waiting.pop((*key[:2], ""), None)
-            if waiting is None or waiting[0] != node or waiting[1] in self._done:
+            if uid in self._done:
                 return
-            self._done.add(waiting[1])
-            self._releasing += 1
-        self._pool.submit(self._release, node, waiting[1], key[1])
+            self._done.add(uid)
+            self._writing += 1
+        self._pool.submit(self._admit, node, meta.get("namespace", ""), meta.get("name", ""))
 
-    def _bound_node(self, pod: tuple[str, str, str]) -> str | None:
-        if pod[2]:
-            return self._bound.get(pod)
-        # A handoff without the pod's UID: any pod of that name.
-        return next((n for k, n in self._bound.items() if k[:2] == pod[:2]), None)
-
-    def _forget_expired(self) -> None:
-        cutoff = time.monotonic() - self.BIND_WAIT_S
-        for pod in [p for p, w in self._waiting.items() if w[2] < cutoff]:
-            del self._waiting[pod]  # never bound: the scheduler repairs it
-
-    def _release(self, name: str, raw: str, pod: str) -> None:
+    def _admit(self, node: str, namespace: str, name: str) -> None:
         try:
-            self._patch(name, raw, pod)
+            if self._write(namespace, name):
+                self.admitted.append((node, name))
         finally:
             with self._lock:
-                self._releasing -= 1
+                self._writing -= 1
 
-    def _patch(self, name: str, raw: str, pod: str) -> None:
+    def _write(self, namespace: str, name: str) -> bool:
         from kubernetes.client.exceptions import ApiException
 
-        from xpushare.codec import HANDOFF_KEY, handoff_lease_name
-
-        path = "/metadata/annotations/" + HANDOFF_KEY.replace("~", "~0").replace("/", "~1")
-        test = {"op": "test", "path": path, "value": raw}
-        deadline = time.monotonic() + self.BIND_WAIT_S
-        # Tried once even when stopping (a release queued at the end still runs); tried
-        # again after a failed connection only until then.
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        deadline = time.monotonic() + self.WRITE_WAIT_S
+        # Tried once even when stopping (a write queued at the end still runs); tried again
+        # after a failed connection only until then.
         while True:
             try:
-                # Not a V1Lease: without preloaded content the client answers the response.
-                response: Any = self.leases.patch_namespaced_lease(
-                    handoff_lease_name(name),
-                    self.namespace,
-                    [test, {"op": "remove", "path": path}],
+                # Not a V1Pod: without preloaded content the client answers the response.
+                # A JSON patch (a list): the client sends a dict as one too.
+                response: Any = self.core.patch_namespaced_pod_status(
+                    name,
+                    namespace,
+                    [{"op": "add", "path": "/status/startTime", "value": now}],
                     _preload_content=False,
                 )
                 response.read()
             except ApiException:
-                return  # already replaced (the test failed): not ours to release
+                return False  # deleted meanwhile: kubelet has nothing to write
             except Exception:  # the API server restarting: try again
                 if self._stop.is_set() or time.monotonic() >= deadline:
-                    return
+                    return False
                 self._stop.wait(0.1)
                 continue
-            self.served.append((name, pod))
-            return
+            return True

@@ -1,0 +1,138 @@
+"""A handoff frees its node when kubelet admits its pod, and the next bind replaces it in one
+write (DESIGN.md §6): the node agent writes nothing back."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sched_helpers import add_nodes, bind_args, create_pod, gpu_pod
+
+from xpushare.codec import HANDOFF_KEY, Handoff, decode_handoff, encode_handoff
+from xpushare.models import PodRef
+from xpushare.scheduler import objects as ob
+from xpushare.testing.handoffs import handoff_value, set_handoff
+
+#: kubelet's first status write after it admitted a pod (status_manager.go stamps it).
+START = "2026-12-06T00:00:00Z"
+
+
+def handoff_on(api, node):
+    raw = handoff_value(api, node)
+    return decode_handoff(raw) if raw else None
+
+
+def admit(api, name: str) -> None:
+    api.modify("pods", name, lambda o: o["status"].__setitem__("startTime", START))
+
+
+def repairs(sched) -> dict[str, float]:
+    metric = sched.scheduler.metrics.handoff_repairs
+    return {
+        s.labels["cause"]: s.value
+        for m in metric.collect()
+        for s in m.samples
+        if s.name.endswith("_total") and s.value
+    }
+
+
+def test_start_time_alone_says_kubelet_admitted_the_pod():
+    # Pending with a startTime: admitted, the image may still be pulling.
+    assert ob.started({"status": {"phase": "Pending", "startTime": START}})
+    assert ob.started({"status": {"phase": "Running"}})
+    assert ob.started({"status": {"phase": "Failed"}})  # refused at admission
+    assert not ob.started({"status": {"phase": "Pending"}})
+    # A garbled value is no start time.
+    assert not ob.started({"status": {"phase": "Pending", "startTime": 7}})
+    assert not ob.started({"status": {"phase": "Pending", "startTime": ""}})
+
+
+async def test_an_admitted_pods_handoff_is_replaced_in_one_write(api, sched, http):
+    add_nodes(api, 1)
+    a = create_pod(api, gpu_pod("a", gpu="1"))
+    b = create_pod(api, gpu_pod("b", gpu="1"))
+    await sched.settle(api)
+    assert (await sched.post(http, "bind", bind_args(a, "node-0"))) == {"Error": ""}
+    admit(api, "a")
+    await api.wait_for(lambda: sched.scheduler.cluster.pods[a["metadata"]["uid"]].started)
+    first = len(api.requests)
+    assert (await sched.post(http, "bind", bind_args(b, "node-0"))) == {"Error": ""}
+    writes = [r for r in api.requests[first:] if r.method != "GET"]
+    # The Lease once (b's handoff over a's, conditioned on the version that named a), then
+    # the Binding: no clearing write before.
+    assert [(w.method, w.resource) for w in writes if w.resource != "events"] == [
+        ("PATCH", "leases"),
+        ("POST", "pods"),
+    ]
+    assert writes[0].body["metadata"]["resourceVersion"]
+    assert handoff_on(api, "node-0").pod.name == "b"
+    assert repairs(sched) == {}  # a served handoff is no repair
+
+
+async def test_a_bind_waiting_for_the_node_goes_on_when_kubelet_admits_the_pod(
+    api, scheduler_factory, http
+):
+    sched = await scheduler_factory(**{"bind.wait_s": 20})
+    add_nodes(api, 1)
+    a = create_pod(api, gpu_pod("a", gpu="1"))
+    b = create_pod(api, gpu_pod("b", gpu="1"))
+    await sched.settle(api)
+    assert (await sched.post(http, "bind", bind_args(a, "node-0"))) == {"Error": ""}
+    waiting = asyncio.ensure_future(sched.post(http, "bind", bind_args(b, "node-0")))
+    await asyncio.sleep(0.3)
+    # a is bound, not admitted: its Allocate may be running, b must not take the node.
+    assert not waiting.done()
+    assert handoff_on(api, "node-0").pod.name == "a"
+    admit(api, "a")
+    assert (await asyncio.wait_for(waiting, 10)) == {"Error": ""}
+    assert handoff_on(api, "node-0").pod.name == "b"
+    assert api.get("pods", "b")["spec"]["nodeName"] == "node-0"
+
+
+async def test_a_handoff_of_a_pod_admitted_on_another_node_is_not_free_by_it(api, sched, http):
+    # The pod a handoff names was admitted elsewhere: "started" is about this node only, so
+    # the handoff is judged (bound elsewhere) and repaired, never taken as served here.
+    add_nodes(api, 2)
+    a = create_pod(api, gpu_pod("a", gpu="1"))
+    b = create_pod(api, gpu_pod("b", gpu="1"))
+    await sched.settle(api)
+    assert (await sched.post(http, "bind", bind_args(a, "node-1"))) == {"Error": ""}
+    admit(api, "a")
+    await api.wait_for(lambda: sched.scheduler.cluster.pods[a["metadata"]["uid"]].started)
+    handoffs = sched.scheduler.handoffs
+    forged = Handoff.begin(
+        PodRef(namespace="default", name="a", uid=a["metadata"]["uid"]),
+        ["mock"],
+        now=__import__("time").time(),
+        ttl_s=30,
+    )
+    set_handoff(api, "node-0", {HANDOFF_KEY: encode_handoff(forged)})
+    await api.wait_for(lambda: (r := handoffs.book.get("node-0")) is not None and r.handoff)
+    record = handoffs.book.get("node-0")
+    assert record is not None and record.handoff is not None
+    assert not handoffs._admitted("node-0", record.handoff)
+    assert (await sched.post(http, "bind", bind_args(b, "node-0"))) == {"Error": ""}
+    assert handoff_on(api, "node-0").pod.name == "b"
+    assert repairs(sched).get("bound-elsewhere") == 1
+
+
+async def test_an_expired_handoff_is_replaced_in_one_write_and_counted(
+    api, scheduler_factory, http
+):
+    sched = await scheduler_factory(**{"bind.repair_interval_s": 60})
+    add_nodes(api, 1)
+    stale = Handoff(
+        pod=PodRef(namespace="default", name="ghost", uid="u-ghost"),
+        vendors=("mock",),
+        since=1.0,
+        expires=2.0,
+    )
+    set_handoff(api, "node-0", {HANDOFF_KEY: encode_handoff(stale)})
+    p = create_pod(api, gpu_pod("p", gpu="1"))
+    await sched.settle(api)
+    first = len(api.requests)
+    assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
+    leases = [r for r in api.requests[first:] if r.resource == "leases" and r.method != "GET"]
+    assert len(leases) == 1
+    assert handoff_on(api, "node-0").pod.name == "p"
+    # The ghost pod was fenced (a 404: gone) and its handoff replaced: a repair, counted.
+    assert set(repairs(sched)) <= {"pod-gone", "expired"} and repairs(sched)
