@@ -155,6 +155,16 @@ async def start_scheduler(
     )
 
 
+def counts(metric: Any, label: str) -> dict[str, float]:
+    """A labelled counter's non-zero totals by *label*'s value."""
+    return {
+        s.labels[label]: s.value
+        for m in metric.collect()
+        for s in m.samples
+        if s.name.endswith("_total") and s.value
+    }
+
+
 def assignment_of(api: FakeApiServer, name: str, namespace: str = "default") -> Any:
     obj = api.get("pods", name, namespace)
     assert obj is not None

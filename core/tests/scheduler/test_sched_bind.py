@@ -9,6 +9,7 @@ from sched_helpers import (
     add_nodes,
     assignment_of,
     bind_args,
+    counts,
     create_pod,
     gpu_pod,
 )
@@ -129,8 +130,15 @@ async def test_expired_handoff_is_replaced_at_bind(api, scheduler_factory, http)
     set_handoff(api, "node-0", {HANDOFF_KEY: encode_handoff(stale)})
     p = create_pod(api, gpu_pod("p", gpu="1"))
     await sched.settle(api)
+    first = len(api.requests)
     assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
     assert handoff_on(api, "node-0").pod.name == "p"
+    # Replaced in the bind's own write, not cleared first; the ghost pod was fenced (a
+    # 404: gone), and the repair is counted.
+    leases = [r for r in api.requests[first:] if r.resource == "leases" and r.method != "GET"]
+    assert len(leases) == 1
+    repairs = counts(sched.scheduler.metrics.handoff_repairs, "cause")
+    assert repairs and set(repairs) <= {"pod-gone", "expired"}
 
 
 async def test_orphaned_handoffs_are_repaired_without_a_bind(api, sched, http):

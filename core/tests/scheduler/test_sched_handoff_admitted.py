@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sched_helpers import add_nodes, bind_args, create_pod, gpu_pod
+from sched_helpers import add_nodes, bind_args, counts, create_pod, gpu_pod
 
 from xpushare.codec import HANDOFF_KEY, Handoff, decode_handoff, encode_handoff
 from xpushare.models import PodRef
@@ -26,13 +26,23 @@ def admit(api, name: str) -> None:
 
 
 def repairs(sched) -> dict[str, float]:
-    metric = sched.scheduler.metrics.handoff_repairs
-    return {
-        s.labels["cause"]: s.value
-        for m in metric.collect()
-        for s in m.samples
-        if s.name.endswith("_total") and s.value
-    }
+    return counts(sched.scheduler.metrics.handoff_repairs, "cause")
+
+
+async def two_pods(api, sched, nodes: int) -> tuple[dict, dict]:
+    """*nodes* GPU nodes and two one-GPU pods a and b, all seen by the scheduler."""
+    add_nodes(api, nodes)
+    a = create_pod(api, gpu_pod("a", gpu="1"))
+    b = create_pod(api, gpu_pod("b", gpu="1"))
+    await sched.settle(api)
+    return a, b
+
+
+async def bound_then_admitted(api, sched, http, pod, node: str) -> None:
+    """/bind puts *pod* on *node*, then kubelet admits it and the scheduler sees it."""
+    assert (await sched.post(http, "bind", bind_args(pod, node))) == {"Error": ""}
+    admit(api, pod["metadata"]["name"])
+    await api.wait_for(lambda: sched.scheduler.cluster.pods[pod["metadata"]["uid"]].started)
 
 
 def test_start_time_alone_says_kubelet_admitted_the_pod():
@@ -47,13 +57,8 @@ def test_start_time_alone_says_kubelet_admitted_the_pod():
 
 
 async def test_an_admitted_pods_handoff_is_replaced_in_one_write(api, sched, http):
-    add_nodes(api, 1)
-    a = create_pod(api, gpu_pod("a", gpu="1"))
-    b = create_pod(api, gpu_pod("b", gpu="1"))
-    await sched.settle(api)
-    assert (await sched.post(http, "bind", bind_args(a, "node-0"))) == {"Error": ""}
-    admit(api, "a")
-    await api.wait_for(lambda: sched.scheduler.cluster.pods[a["metadata"]["uid"]].started)
+    a, b = await two_pods(api, sched, 1)
+    await bound_then_admitted(api, sched, http, a, "node-0")
     first = len(api.requests)
     assert (await sched.post(http, "bind", bind_args(b, "node-0"))) == {"Error": ""}
     writes = [r for r in api.requests[first:] if r.method != "GET"]
@@ -72,10 +77,7 @@ async def test_a_bind_waiting_for_the_node_goes_on_when_kubelet_admits_the_pod(
     api, scheduler_factory, http
 ):
     sched = await scheduler_factory(**{"bind.wait_s": 20})
-    add_nodes(api, 1)
-    a = create_pod(api, gpu_pod("a", gpu="1"))
-    b = create_pod(api, gpu_pod("b", gpu="1"))
-    await sched.settle(api)
+    a, b = await two_pods(api, sched, 1)
     assert (await sched.post(http, "bind", bind_args(a, "node-0"))) == {"Error": ""}
     waiting = asyncio.ensure_future(sched.post(http, "bind", bind_args(b, "node-0")))
     await asyncio.sleep(0.3)
@@ -91,13 +93,8 @@ async def test_a_bind_waiting_for_the_node_goes_on_when_kubelet_admits_the_pod(
 async def test_a_handoff_of_a_pod_admitted_on_another_node_is_not_free_by_it(api, sched, http):
     # The pod a handoff names was admitted elsewhere: "started" is about this node only, so
     # the handoff is judged (bound elsewhere) and repaired, never taken as served here.
-    add_nodes(api, 2)
-    a = create_pod(api, gpu_pod("a", gpu="1"))
-    b = create_pod(api, gpu_pod("b", gpu="1"))
-    await sched.settle(api)
-    assert (await sched.post(http, "bind", bind_args(a, "node-1"))) == {"Error": ""}
-    admit(api, "a")
-    await api.wait_for(lambda: sched.scheduler.cluster.pods[a["metadata"]["uid"]].started)
+    a, b = await two_pods(api, sched, 2)
+    await bound_then_admitted(api, sched, http, a, "node-1")
     handoffs = sched.scheduler.handoffs
     forged = Handoff.begin(
         PodRef(namespace="default", name="a", uid=a["metadata"]["uid"]),
@@ -115,24 +112,21 @@ async def test_a_handoff_of_a_pod_admitted_on_another_node_is_not_free_by_it(api
     assert repairs(sched).get("bound-elsewhere") == 1
 
 
-async def test_an_expired_handoff_is_replaced_in_one_write_and_counted(
-    api, scheduler_factory, http
-):
-    sched = await scheduler_factory(**{"bind.repair_interval_s": 60})
+async def test_the_web_view_tells_a_served_handoff_from_one_in_flight(api, sched, http):
+    from xpushare.scheduler.web.details import node_detail
+
     add_nodes(api, 1)
-    stale = Handoff(
-        pod=PodRef(namespace="default", name="ghost", uid="u-ghost"),
-        vendors=("mock",),
-        since=1.0,
-        expires=2.0,
-    )
-    set_handoff(api, "node-0", {HANDOFF_KEY: encode_handoff(stale)})
-    p = create_pod(api, gpu_pod("p", gpu="1"))
+    a = create_pod(api, gpu_pod("a", gpu="1"))
     await sched.settle(api)
-    first = len(api.requests)
-    assert (await sched.post(http, "bind", bind_args(p, "node-0"))) == {"Error": ""}
-    leases = [r for r in api.requests[first:] if r.resource == "leases" and r.method != "GET"]
-    assert len(leases) == 1
-    assert handoff_on(api, "node-0").pod.name == "p"
-    # The ghost pod was fenced (a 404: gone) and its handoff replaced: a repair, counted.
-    assert set(repairs(sched)) <= {"pod-gone", "expired"} and repairs(sched)
+    assert (await sched.post(http, "bind", bind_args(a, "node-0"))) == {"Error": ""}
+    scheduler = sched.scheduler
+
+    def shown() -> dict:
+        state = scheduler.ledger.nodes["node-0"]
+        detail = node_detail(state, scheduler.ledger, scheduler.cluster, scheduler.placer.policy)
+        return detail["handoff"]
+
+    await api.wait_for(lambda: shown() is not None)
+    assert shown() == {"pod": "default/a", "vendors": ["mock"], "served": False}
+    admit(api, "a")
+    await api.wait_for(lambda: shown()["served"])

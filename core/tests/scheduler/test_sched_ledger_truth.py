@@ -20,6 +20,7 @@ from sched_helpers import (
     DevicePlugin,
     Running,
     bind_args,
+    counts,
     create_pod,
     filter_args,
     gpu_node,
@@ -357,13 +358,7 @@ async def test_a_repair_as_a_terms_first_write_is_followed_by_the_pod_read(
 
 
 def takeovers(sched: Any) -> dict[str, float]:
-    counter = sched.scheduler.metrics.takeover_reads
-    return {
-        s.labels["source"]: s.value
-        for m in counter.collect()
-        for s in m.samples
-        if s.name.endswith("_total") and s.value
-    }
+    return counts(sched.scheduler.metrics.takeover_reads, "source")
 
 
 async def test_a_takeover_counts_from_the_pod_watch_once_it_has_passed_the_write(

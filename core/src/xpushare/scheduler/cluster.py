@@ -230,6 +230,18 @@ class ClusterState:
     def handoff(self, node: str) -> Handoff | None:
         return self.handoff_book.handoff(node)
 
+    def admitted_on(self, node: str, pod: PodRef) -> bool:
+        """Whether kubelet has admitted *pod* on *node*, as the pod watch shows it
+        (objects.started): every Allocate of it is behind it, so a handoff naming it has
+        served (handoff.py)."""
+        known = self.pod_by_name(pod.namespace, pod.name)
+        return (
+            known is not None
+            and (not pod.uid or known.ref.uid == pod.uid)
+            and known.node == node
+            and known.started
+        )
+
     @property
     def highest_term(self) -> int:
         """The highest fencing term any handoff carries: a replica taking the leader Lease

@@ -220,13 +220,7 @@ class HandoffManager:
         The node agent writes nothing when it has served a pod (DESIGN.md §6): this, from
         kubelet's own status write, is what frees the node for the next bind.
         """
-        known = self.cluster.pod_by_name(handoff.pod.namespace, handoff.pod.name)
-        return (
-            known is not None
-            and (not handoff.pod.uid or known.ref.uid == handoff.pod.uid)
-            and known.node == node
-            and known.started
-        )
+        return self.cluster.admitted_on(node, handoff.pod)
 
     def _check_term(self, node: str, term: int | None) -> None:
         record = self.book.get(node)

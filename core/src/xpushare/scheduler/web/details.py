@@ -122,7 +122,12 @@ def node_detail(
         "devices": devices,
         "shares": shares,
         "handoff": (
-            {"pod": str(handoff.pod), "vendors": list(handoff.vendors)}
+            {
+                "pod": str(handoff.pod),
+                "vendors": list(handoff.vendors),
+                # Served (its pod admitted): it stays until the next bind replaces it.
+                "served": cluster.admitted_on(state.name, handoff.pod),
+            }
             if handoff is not None
             else None
         ),

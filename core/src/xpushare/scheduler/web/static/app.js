@@ -464,7 +464,7 @@ function renderNode(d) {
   const frag = d.fragmentation_gpus ? Object.entries(d.fragmentation_gpus).map(([v, f]) => `${esc(v)} ${f.toFixed(3)}`).join(", ") : "not measured";
   const labels = Object.entries(d.labels).map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join(" ");
   main.innerHTML = `<h1>Node <span data-testid="node-name">${esc(d.name)}</span></h1>
-    <p>fragmented GPUs: <span data-testid="node-frag">${frag}</span>${d.handoff ? ` · handing devices to ${esc(d.handoff.pod)}` : ""}</p>
+    <p>fragmented GPUs: <span data-testid="node-frag">${frag}</span>${d.handoff && !d.handoff.served ? ` · handing devices to ${esc(d.handoff.pod)}` : ""}</p>
     <p class="muted" data-testid="host">${hostLine(d)}</p>
     <h2>Devices</h2><table data-testid="devices"><thead><tr><th>vendor</th><th class="n">index</th><th>id</th><th>model</th><th>health</th>
       <th class="n">memory used MiB</th><th class="n">of MiB</th><th class="n">compute used %</th><th class="n">of %</th><th class="n">slots</th><th class="n">free GPU</th>
