@@ -73,6 +73,24 @@ async def test_an_admitted_pods_handoff_is_replaced_in_one_write(api, sched, htt
     assert repairs(sched) == {}  # a served handoff is no repair
 
 
+async def test_a_served_handoff_stays_free_when_its_pod_is_deleted(api, sched, http):
+    # A pod admitted, then gone before the node's next bind (a short job): its handoff has
+    # served, so the next bind replaces it at once, with no fence of a pod that is gone.
+    a, b = await two_pods(api, sched, 1)
+    await bound_then_admitted(api, sched, http, a, "node-0")
+    api.delete("pods", "a")
+    await api.wait_for(lambda: a["metadata"]["uid"] not in sched.scheduler.cluster.pods)
+    first = len(api.requests)
+    assert (await sched.post(http, "bind", bind_args(b, "node-0"))) == {"Error": ""}
+    writes = [r for r in api.requests[first:] if r.method != "GET" and r.resource != "events"]
+    assert [(w.method, w.resource, w.subresource) for w in writes] == [
+        ("PATCH", "leases", None),
+        ("POST", "pods", "binding"),
+    ]
+    assert handoff_on(api, "node-0").pod.name == "b"
+    assert repairs(sched) == {}
+
+
 async def test_a_bind_waiting_for_the_node_goes_on_when_kubelet_admits_the_pod(
     api, scheduler_factory, http
 ):

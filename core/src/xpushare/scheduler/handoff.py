@@ -169,8 +169,12 @@ class HandoffManager:
         #: The term under which each node's pods were last read after a write of ours (the
         #: takeover read): binds of a term read once per node, whatever wrote first.
         self._read_under: dict[str, int] = {}
+        #: The version of each node's handoff Lease whose pod kubelet was seen admitting
+        #: there: that handoff stays free when its pod is deleted afterwards (no fence read
+        #: for a pod that is gone anyway).
+        self._served: dict[str, str] = {}
         cluster.on_node_changed.append(self._changed)
-        cluster.on_pod_started.append(self._changed)
+        cluster.on_pod_started.append(self._pod_started)
         self.book.on_changed.append(self._changed)
 
     def _slot(self, node: str) -> _Slot:
@@ -188,6 +192,7 @@ class HandoffManager:
             # terms wrote it: the next write creates it afresh and its pods are read again.
             self._written.pop(node, None)
             self._read_under.pop(node, None)
+            self._served.pop(node, None)
         if node not in self.cluster.nodes and slot is not None and not slot.lock.locked():
             del self._slots[node]  # a deleted node's slot must not outlive it
 
@@ -199,6 +204,17 @@ class HandoffManager:
         if handoff is None:
             return False
         return self.clock() >= handoff.expires_for(record.seen, self.ttl_s)
+
+    def _pod_started(self, node: str) -> None:
+        record = self.book.get(node)
+        handoff = record.handoff if record is not None else None
+        if (
+            record is not None
+            and handoff is not None
+            and self.cluster.admitted_on(node, handoff.pod)
+        ):
+            self._served[node] = record.resource_version
+        self._changed(node)
 
     def _free_for(self, node: str, pod: PodRef, term: int | None) -> bool:
         record = self.book.get(node)
@@ -214,13 +230,21 @@ class HandoffManager:
         return same_pod(handoff.pod, pod) and (term or 0) <= handoff.term
 
     def _admitted(self, node: str, handoff: Handoff) -> bool:
-        """Whether kubelet has admitted the handoff's pod on *node* (objects.started): its
-        Allocates are all behind it, so its handoff has served and is free.
+        """Whether kubelet has admitted the handoff's pod on *node* (objects.started), or
+        was seen doing so for this very version of the Lease: its Allocates are all behind
+        it, so its handoff has served and is free.
 
         The node agent writes nothing when it has served a pod (DESIGN.md §6): this, from
         kubelet's own status write, is what frees the node for the next bind.
         """
-        return self.cluster.admitted_on(node, handoff.pod)
+        if self.cluster.admitted_on(node, handoff.pod):
+            return True
+        record = self.book.get(node)
+        return (
+            record is not None
+            and record.handoff is handoff
+            and self._served.get(node) == record.resource_version
+        )
 
     def _check_term(self, node: str, term: int | None) -> None:
         record = self.book.get(node)
