@@ -104,18 +104,16 @@ def grants_of_certgen(objects):
     return granted(objects, f"{RELEASE}-xpushare-certgen")
 
 
-def test_node_agent_cannot_write_pods_or_anything_but_nodes_and_its_handoff():
+def test_node_agent_writes_nothing_but_nodes():
     objects = render(EVERYTHING)
     grants = granted(objects, f"{RELEASE}-xpushare-node")
     writes = {p for p in grants if p.verb not in ("get", "list", "watch")}
-    assert writes == {
-        Permission("", "nodes", "patch"),
-        Permission("coordination.k8s.io", "leases", "patch"),
-    }
-    # Leases only in the release's namespace, where the handoff Leases are; the agent is told
-    # that namespace (XPUSHARE_HANDOFF_NAMESPACE) and narrowed to its node's Lease by the
-    # node-agent-scope-handoff policy (test_deploy_cel.py).
-    (grant,) = grants[Permission("coordination.k8s.io", "leases", "patch")]
+    # Nodes only (its inventory), narrowed to its own by the node-agent-scope policy
+    # (test_deploy_cel.py); no pod and no Lease: the handoff is read, never written.
+    assert writes == {Permission("", "nodes", "patch")}
+    # Leases read only in the release's namespace, where the handoff Leases are; the agent is
+    # told that namespace (XPUSHARE_HANDOFF_NAMESPACE).
+    (grant,) = grants[Permission("coordination.k8s.io", "leases", "get")]
     assert grant["role"]["kind"] == "Role"
     assert grant["role"]["metadata"]["namespace"] == NAMESPACE
     daemonset = next(d for d in find(objects, "DaemonSet"))

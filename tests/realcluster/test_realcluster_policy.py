@@ -70,10 +70,10 @@ def test_node_agent_may_change_only_xpushare_keys_of_its_own_node(installed: Ins
     assert "may not change a node's spec" in message
 
 
-def test_node_agent_may_release_only_its_own_nodes_handoff(installed: Installed) -> None:
-    """The handoff Leases (handoff.<node>, in the release's namespace): RBAC lets the agent
-    patch every Lease there; the chart's second policy narrows it to its own node's Lease and
-    to the xpushare.io/handoff annotation on it (never the writer's term, labels or spec)."""
+def test_node_agent_reads_its_nodes_handoff_and_writes_no_lease(installed: Installed) -> None:
+    """The handoff Leases (handoff.<node>, in the release's namespace): the agent reads its
+    own at Allocate and writes none (kubelet's admission of the pod frees it), so its RBAC
+    grants "get leases" only and the API server refuses any Lease write from its token."""
     from kubernetes import client
 
     from xpushare.codec import (
@@ -84,47 +84,35 @@ def test_node_agent_may_release_only_its_own_nodes_handoff(installed: Installed)
         handoff_lease_name,
     )
 
-    mine, other = "gpu-lease-1", "gpu-lease-2"
+    mine = "gpu-lease-1"
     admin = client.CoordinationV1Api(installed.plane.api_client())
-    for name in (mine, other):
-        nvidia_node(installed, name, group="lease")
-        admin.create_namespaced_lease(
-            SYSTEM_NAMESPACE,
-            {
-                "metadata": {
-                    "name": handoff_lease_name(name),
-                    "labels": {HANDOFF_LEASE_LABEL: HANDOFF_LEASE_ROLE},
-                    "annotations": {HANDOFF_KEY: "{}", TERM_KEY: "3"},
-                },
-                "spec": {"holderIdentity": name},
+    nvidia_node(installed, mine, group="lease")
+    admin.create_namespaced_lease(
+        SYSTEM_NAMESPACE,
+        {
+            "metadata": {
+                "name": handoff_lease_name(mine),
+                "labels": {HANDOFF_LEASE_LABEL: HANDOFF_LEASE_ROLE},
+                "annotations": {HANDOFF_KEY: "{}", TERM_KEY: "3"},
             },
-        )
+            "spec": {"holderIdentity": mine},
+        },
+    )
     pod = agent_pod(installed, mine)
     kubeconfig = installed.plane.token_kubeconfig(
         SYSTEM_NAMESPACE, AGENT_ACCOUNT, pod=(pod.metadata.name, pod.metadata.uid)
     )
     agent = client.CoordinationV1Api(installed.plane.api_client(kubeconfig))
-
-    def patch(node: str, body: dict[str, Any]) -> Any:
-        return agent.patch_namespaced_lease(handoff_lease_name(node), SYSTEM_NAMESPACE, body)
-
+    read = agent.read_namespaced_lease(handoff_lease_name(mine), SYSTEM_NAMESPACE)
+    assert read.metadata.annotations[HANDOFF_KEY] == "{}"
     release = {"metadata": {"annotations": {HANDOFF_KEY: None}}}
-    message = refusal(lambda: patch(other, release))
-    assert "may change only its own node's handoff Lease" in message
-    message = refusal(lambda: patch(mine, {"metadata": {"annotations": {TERM_KEY: "99"}}}))
-    assert "only the xpushare.io/handoff annotation" in message
-    message = refusal(lambda: patch(mine, {"spec": {"holderIdentity": other}}))
-    assert "may not change a Lease's spec" in message
-    message = refusal(lambda: patch(mine, {"metadata": {"labels": {HANDOFF_LEASE_LABEL: "x"}}}))
-    assert "may not change a Lease's labels" in message
-    # What the agent does after Allocate: allowed.
-    patch(mine, release)
-    lease = admin.read_namespaced_lease(handoff_lease_name(mine), SYSTEM_NAMESPACE)
-    assert lease.metadata.annotations == {TERM_KEY: "3"}
-    # The leader-election Lease is not a handoff Lease of its node: refused as well.
     leader = f"{RELEASE}-xpushare-scheduler"
-    message = refusal(lambda: agent.patch_namespaced_lease(leader, SYSTEM_NAMESPACE, release))
-    assert "own node's handoff Lease" in message
+    for name in (handoff_lease_name(mine), leader):
+        with pytest.raises(ApiException) as refused:
+            agent.patch_namespaced_lease(name, SYSTEM_NAMESPACE, release)
+        assert refused.value.status == 403, refused.value
+    lease = admin.read_namespaced_lease(handoff_lease_name(mine), SYSTEM_NAMESPACE)
+    assert lease.metadata.annotations == {HANDOFF_KEY: "{}", TERM_KEY: "3"}
 
 
 #: A tenant of the pods' namespace: may create, read and patch pods there, nothing more.

@@ -1,6 +1,5 @@
 """The agent's Kubernetes client over HTTP against a local fake API server (kmock)."""
 
-import asyncio
 import time
 
 from kmock import resource
@@ -126,18 +125,5 @@ async def test_agent_publishes_and_allocates_through_the_real_client(kmock, plug
             assert f"/namespaces/{HANDOFF_NAMESPACE}/leases/handoff.{NODE}" in str(reads[-1].url)
             assert not [r for r in kmock["patch"] if "/leases/" in str(r.url)]
             assert HANDOFF_KEY in lease_annotations(kmock)
-            # An expired one is removed by the inventory pass, with a merge patch on the
-            # version read.
-            expired = Handoff.begin(pod, ["mock"], now=time.time() - 600, ttl_s=30)
-            add_handoff_lease(kmock, {HANDOFF_KEY: encode_handoff(expired)})
-            run.agent.publisher.poke()
-            for _ in range(200):
-                if HANDOFF_KEY not in lease_annotations(kmock):
-                    break
-                await asyncio.sleep(0.05)
-            assert HANDOFF_KEY not in lease_annotations(kmock)
-            (patch,) = [r for r in kmock["patch"] if "/leases/" in str(r.url)]
-            assert f"/namespaces/{HANDOFF_NAMESPACE}/leases/handoff.{NODE}" in str(patch.url)
-            assert patch.headers["Content-Type"] == "application/merge-patch+json"
     finally:
         client.close()

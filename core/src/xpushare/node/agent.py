@@ -19,7 +19,7 @@ loaded vendor:
   (node/dra/publisher.py) and its kubelet DRA plugin (node/dra/plugin.py) instead.
 
 And once per node: the release tracker (frees what an ended pod's vendors created,
-node/release.py), the inventory publisher (annotations, labels, handoff repair) and the HTTP
+node/release.py), the inventory publisher (annotations, labels) and the HTTP
 endpoints (``/metrics``, ``/healthz``, ``/readyz``) on the same event loop.
 """
 
@@ -124,7 +124,6 @@ class NodeAgent:
             kube=kube,
             vendors=self.devices,
             interval_s=config.reconcile_interval_s,
-            clock=clock,
             on_error=self.metrics.api_errors.inc,
             mode=config.mode,
         )

@@ -17,8 +17,10 @@ every ``reconcile_interval_s``, and patches only the difference (one JSON merge 
 The agent owns every ``xpushare.io/inventory-*`` annotation and every label with one of the
 suffixes above on its node, so those of a vendor that is no longer installed are removed.
 
-The same pass repairs an expired handoff in the node's handoff Lease (DESIGN.md §6: "a stale
-one repairs itself").
+The agent writes nothing to the node's handoff Lease: an expired handoff is free to the
+scheduler and ignored by Allocate, so it repairs itself without a write (DESIGN.md §6), and
+the scheduler replaces it at its next bind on the node. The agent's account may only read
+Leases.
 """
 
 from __future__ import annotations
@@ -27,20 +29,17 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from xpushare.codec import (
     AGENT_MODE_KEY,
-    HANDOFF_KEY,
     INVENTORY_KEY_PREFIX,
-    decode_handoff,
     encode_inventory,
     inventory_key,
 )
 from xpushare.errors import CodecError
-from xpushare.node.kube import KubeConflict, KubeError
+from xpushare.node.kube import KubeError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -114,7 +113,6 @@ class InventoryPublisher:
         kube: NodeKube,
         vendors: Mapping[str, VendorDevices],
         interval_s: float,
-        clock: Callable[[], float] = time.time,
         on_error: Callable[[], None] | None = None,
         mode: str = "device-plugin",
     ) -> None:
@@ -125,7 +123,6 @@ class InventoryPublisher:
         self.node = kube.node_name
         self._vendors = vendors
         self.interval_s = interval_s
-        self._clock = clock
         self._poke = asyncio.Event()
         self.published = 0
         self.patches = 0
@@ -176,36 +173,7 @@ class InventoryPublisher:
             self.patches += 1
             log.info("node %s: published inventory and labels", self.node)
         self.published += 1
-        await self._repair_handoff()
         return needed
-
-    async def _repair_handoff(self) -> None:
-        lease = await self.kube.get_handoff()
-        if lease is None:
-            return
-        meta = lease.get("metadata") or {}
-        raw = (meta.get("annotations") or {}).get(HANDOFF_KEY)
-        if raw is None:
-            return
-        try:
-            handoff = decode_handoff(raw, node=self.node)
-        except CodecError as exc:
-            log.warning("node %s: %s", self.node, exc)
-            return  # the scheduler overwrites a malformed one at its next bind
-        if not handoff.expired(self._clock()):
-            return
-        try:
-            await self.kube.patch_handoff(
-                {
-                    "metadata": {
-                        "resourceVersion": meta.get("resourceVersion"),
-                        "annotations": {HANDOFF_KEY: None},
-                    }
-                }
-            )
-        except KubeConflict:
-            return  # changed meanwhile: the next pass looks again
-        log.info("node %s: removed the expired handoff of pod %s", self.node, handoff.pod)
 
     async def run(self) -> None:
         """Reconcile on every poke and every interval, until cancelled; API errors retry."""

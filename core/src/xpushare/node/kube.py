@@ -43,8 +43,9 @@ JsonObject = dict[str, Any]
 #: RFC 7386 JSON merge patch: a ``null`` deletes a key (research/k8s-apis.md §7.3).
 MERGE_PATCH = "application/merge-patch+json"
 
-#: Threads for API calls: Allocate, the inventory publisher and the handoff repair may each
-#: have one request in flight; more would only add memory (one malloc arena per thread).
+#: Threads for API calls: Allocate, the inventory publisher and the release tracker's list of
+#: the node's pods may each have one request in flight; more would only add memory (one
+#: malloc arena per thread).
 API_THREADS = 3
 
 #: Longest line of a watch stream read: one event is one object, and the API server stores
@@ -99,12 +100,6 @@ class NodeKube(Protocol):
     async def get_handoff(self) -> JsonObject | None:
         """This node's handoff Lease (``handoff.<node>`` in the handoff namespace), or
         ``None`` when the scheduler has not created it yet."""
-        ...
-
-    async def patch_handoff(self, patch: JsonObject) -> JsonObject | None:
-        """Apply a JSON merge patch to this node's handoff Lease; the Lease as it now is, or
-        ``None`` when it does not exist. ``metadata.resourceVersion`` in the patch makes it
-        a compare-and-swap (:class:`KubeConflict` when the Lease changed meanwhile)."""
         ...
 
     async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
@@ -286,19 +281,6 @@ class KubeClient:
         return await self._call(
             "GET", self._handoff_path(), what=f"read the handoff Lease of node {self.node_name}"
         )
-
-    async def patch_handoff(self, patch: JsonObject) -> JsonObject | None:
-        try:
-            return await self._call(
-                "PATCH",
-                self._handoff_path(),
-                body=patch,
-                what=f"patch the handoff Lease of node {self.node_name}",
-            )
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
 
     async def get_pod(self, namespace: str, name: str) -> JsonObject | None:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"

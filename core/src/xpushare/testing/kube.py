@@ -92,13 +92,6 @@ class InMemoryKube:
     async def get_handoff(self) -> JsonObject | None:
         return copy.deepcopy(self.lease) if self.lease is not None else None
 
-    async def patch_handoff(self, patch: JsonObject) -> JsonObject | None:
-        if self.lease is None:
-            self.patches.append(copy.deepcopy(patch))
-            return None
-        self.lease = self._patched(self.lease, patch, f"the handoff Lease of {self.node_name}")
-        return copy.deepcopy(self.lease)
-
     def _patched(self, obj: JsonObject, patch: JsonObject, what: str) -> JsonObject:
         self.patches.append(copy.deepcopy(patch))
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
