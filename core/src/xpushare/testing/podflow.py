@@ -279,12 +279,8 @@ class PodFlow:
         back): that is checked too."""
         raw = self.handoff_annotations()[HANDOFF_KEY]
         pod = decode_handoff(raw, node=self.node_name).pod
-
-        def served() -> bool:
-            known = self.scheduler.cluster.pod_by_name(pod.namespace, pod.name)
-            return known is not None and known.started
-
-        await self.api.wait_for(served, timeout_s)
+        cluster = self.scheduler.cluster
+        await self.api.wait_for(lambda: cluster.admitted_on(self.node_name, pod), timeout_s)
         assert self.handoff_annotations().get(HANDOFF_KEY) == raw, "the handoff was rewritten"
 
     def admitted(self, pod: Object, *, failed: str = "") -> None:
