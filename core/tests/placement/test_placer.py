@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -129,6 +130,26 @@ def test_prioritize_each_is_prioritize_in_the_order_asked(policy: str) -> None:
         assert each[4] == 100.0 > each[0] > each[3] == 0.0  # type: ignore[operator]
     by_name = placer.prioritize(share(20), names)
     assert by_name == {n: s for n, s in zip(names, each, strict=True) if s is not None}
+
+
+@pytest.mark.parametrize("policy", ["binpack", "best-fit", "fgd", "fgd-cpu"])
+def test_prioritize_array_is_prioritize_each_with_minus_one_for_none(policy: str) -> None:
+    # /filter's shortlist ranks by prioritize_array (distinct verdicts found in numpy): the
+    # same score per name as prioritize_each, in the order asked, repeats and unknown nodes
+    # included, whether the verdicts are recalled from /filter or read afresh.
+    rng = random.Random(7)
+    ledger = fleet(
+        **{f"n{i}": [rng.choice((0, 10, 50, 90, 100)) for _ in range(2)] for i in range(300)}
+    )
+    placer = Placer(ledger, policy)
+    names = [*ledger.nodes, "unknown", "n3", "n3"]
+    rng.shuffle(names)
+    for request in (share(20), share(60)):
+        each = placer.prioritize_each(request, names)
+        want = [-1.0 if s is None else s for s in each]
+        assert placer.prioritize_array(request, names).tolist() == want
+        placer.cache.warm_verdicts(request, names)
+        assert placer.prioritize_array(request, names).tolist() == want
 
 
 def test_decide_refuses_a_node_that_does_not_fit() -> None:

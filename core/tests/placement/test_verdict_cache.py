@@ -19,9 +19,16 @@ from xpushare.models import ContainerAssignment, FitReason, PodAssignment
 from xpushare.placement.results import LOWEST, UNKNOWN_NODE, score_key
 from xpushare.placement.variants import policy_registry
 from xpushare.placement.vendorfit import VendorFits
-from xpushare.placement.verdicts import WARM_FILL, TooCold, VerdictCache
+from xpushare.placement.verdicts import (
+    COLUMN_FROM,
+    MAX_COLUMNS,
+    WARM_FILL,
+    TooCold,
+    VerdictCache,
+)
 from xpushare.scheduling import PodRequest, Policy, UsageLedger, Workload, fit_pod
 from xpushare.scheduling.fit import slices
+from xpushare.scheduling.ledger import CHANGE_LOG
 
 
 def policy_on(ledger: UsageLedger, name: str, workload: list[PodRequest]) -> Policy:
@@ -182,3 +189,103 @@ def test_filters_verdicts_are_recalled_and_changes_asked_again() -> None:
     fresh = cache_on(ledger, policy_on(ledger, "binpack", REQUESTS)).verdicts(request, fits)[1]
     assert list(map(plain, recalled)) == list(map(plain, fresh))
     assert not recalled[0][0], "the node filled in between no longer fits"
+
+
+# -- columns: a long list of names read in one pass (COLUMN_FROM and more) ----------------------
+
+
+def column_fleet(seed: int) -> UsageLedger:
+    return fleet(random.Random(seed), COLUMN_FROM + 40, used=0.4)
+
+
+@pytest.mark.parametrize(("name", "seed"), [("binpack", 10), ("fgd", 11), ("fgd-cpu", 12)])
+def test_a_column_answers_as_a_fresh_read_whatever_changed_between(name: str, seed: int) -> None:
+    """Changes between two reads of one shape (pods placed and removed, nodes added, removed
+    and re-inventoried, names kube-scheduler sends that the ledger does not know), each
+    read in another order: every verdict the column gives is a fresh cache's."""
+    rng = random.Random(seed)
+    ledger = column_fleet(seed)
+    cache = cache_on(ledger, policy_on(ledger, name, REQUESTS))
+    placed: list[str] = []
+    for step in range(40):
+        names = list(ledger.nodes) + ["ghost-a", "ghost-b"][: step % 3]
+        rng.shuffle(names)
+        for request in (share(30), whole(2)):
+            got = cache.verdicts(request, names)
+            fresh = cache_on(ledger, cache.filler.policy).verdicts(request, names)
+            assert got[0] == fresh[0]
+            assert list(map(plain, got[1])) == list(map(plain, fresh[1])), (step, request)
+        change = rng.random()
+        node = rng.choice(list(ledger.nodes))
+        if change < 0.5:
+            key = f"p{step}"
+            use(ledger, key, node, rng.choice((10, 50, 100)))
+            placed.append(key)
+        elif change < 0.65 and placed:
+            ledger.remove(placed.pop(rng.randrange(len(placed))))
+        elif change < 0.75:
+            ledger.set_node(f"new{step}", gpus(f"new{step}", 2))
+        elif change < 0.85 and not ledger.nodes[node].pods:
+            ledger.remove_node(node)
+        else:
+            ledger.set_node(node, gpus(node, rng.choice((1, 4))))
+    assert cache.columns, "the long reads went through a column"
+
+
+def test_a_column_keeps_only_nodes_the_ledger_knows_and_a_bounded_number() -> None:
+    ledger = column_fleet(13)
+    cache = cache_on(ledger, policy_on(ledger, "binpack", REQUESTS))
+    names = [*ledger.nodes, *(f"made-up-{i}" for i in range(500))]
+    cache.verdicts(share(30), names)
+    cache.verdicts(share(30), names)
+    (column,) = cache.columns.values()
+    assert set(column.by_name) == set(ledger.nodes)
+    for percent in range(1, MAX_COLUMNS + 5):
+        cache.verdicts(share(percent), names)
+    assert len(cache.columns) == MAX_COLUMNS
+
+
+def test_a_column_reads_no_node_but_those_changed() -> None:
+    """The point of a column: a second read of the same names asks no node's memo, and after
+    one node changed, that node only (each through the ledger's change log)."""
+    ledger = column_fleet(14)
+    cache = cache_on(ledger, policy_on(ledger, "binpack", REQUESTS))
+    names = list(ledger.nodes)
+    request = share(30)
+    cache.verdicts(request, names)
+    asked: list[str] = []
+    read_one = cache._read_one
+
+    def counted(node: Any, key: int) -> Any:
+        asked.append(node.name)
+        return read_one(node, key)
+
+    cache._read_one = counted  # type: ignore[method-assign]
+    before = cache.verdicts(request, list(reversed(names)))[1]
+    assert asked == []
+    target = next(n for n, v in zip(reversed(names), before, strict=True) if v[0])
+    use(ledger, "p", target, 10)
+    assert ledger.changed_since(ledger.clock - 1) == {target}
+    after = cache.verdicts(request, names)[1]
+    assert set(asked) == {target}
+    fresh = cache_on(ledger, cache.filler.policy).verdicts(request, names)[1]
+    assert list(map(plain, after)) == list(map(plain, fresh))
+
+
+def test_a_column_past_the_limit_or_the_log_is_read_node_by_node() -> None:
+    ledger = column_fleet(15)
+    cache = cache_on(ledger, policy_on(ledger, "binpack", REQUESTS))
+    names = list(ledger.nodes)
+    request = share(30)
+    cache.verdicts(request, names)
+    for node in names[: WARM_FILL + 1]:
+        ledger.set_node(node, gpus(node, 4))
+    with pytest.raises(TooCold):
+        cache.verdicts(request, names, limit=WARM_FILL)
+    assert not cache.columns, "more changed than the caller waits for: the column goes"
+    cache.verdicts(request, names)
+    for _ in range(CHANGE_LOG + 1):
+        ledger.set_node(names[0], gpus(names[0], 2))
+    got = cache.verdicts(request, names)[1]
+    fresh = cache_on(ledger, cache.filler.policy).verdicts(request, names)[1]
+    assert list(map(plain, got)) == list(map(plain, fresh))

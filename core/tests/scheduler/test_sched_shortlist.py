@@ -4,7 +4,9 @@ all of them for a pod with soft preferences of its own, every refusal when none 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
+import numpy
 import pytest
 from sched_helpers import add_nodes, bind_args, create_pod, filter_args, gpu_pod
 
@@ -12,32 +14,45 @@ from xpushare.scheduler import ConfigError, load_config
 from xpushare.scheduler.shortlist import DEFAULT_SHORTLIST, shortlist, states_preferences
 from xpushare.testing.apiserver import node
 
+if TYPE_CHECKING:
+    from xpushare.placement.ranking import FloatArray
+
+
+def ranks(*scores: float | None) -> FloatArray:
+    """Scores as Placer.prioritize_array gives them: -1 for a node that does not fit."""
+    return numpy.array([-1.0 if s is None else s for s in scores], dtype=numpy.float64)
+
+
 # -- the selection ---------------------------------------------------------------------------------
 
 
 def test_keeps_the_best_in_the_order_given():
     names = ["a", "b", "c", "d", "e"]
-    assert shortlist(names, [1.0, 5.0, 3.0, 5.0, 0.0], set(), 3) == ["b", "c", "d"]
+    assert shortlist(names, ranks(1.0, 5.0, 3.0, 5.0, 0.0), set(), 3) == ["b", "c", "d"]
 
 
 def test_ties_keep_the_order_given():
     names = [f"n{i}" for i in range(10)]
-    assert shortlist(names, [7.0] * 10, set(), 4) == ["n0", "n1", "n2", "n3"]
+    assert shortlist(names, ranks(*[7.0] * 10), set(), 4) == ["n0", "n1", "n2", "n3"]
 
 
 def test_a_busy_node_and_an_unscored_one_rank_below_every_scored_node():
     names = ["busy", "none", "low", "mid"]
-    assert shortlist(names, [10.0, None, 0.0, 4.0], {"busy"}, 2) == ["low", "mid"]
+    assert shortlist(names, ranks(10.0, None, 0.0, 4.0), {"busy"}, 2) == ["low", "mid"]
     # Kept when nothing better is left, a busy node last of all.
-    assert shortlist(names, [10.0, None, 0.0, 4.0], {"busy"}, 3) == ["none", "low", "mid"]
-    assert shortlist(names, [10.0, None, 0.0, 4.0], {"busy"}, 4) is names
-    assert shortlist([*names, "x"], [10.0, None, 0.0, 4.0, 1.0], {"busy"}, 4) == [
+    assert shortlist(names, ranks(10.0, None, 0.0, 4.0), {"busy"}, 3) == ["none", "low", "mid"]
+    assert shortlist(names, ranks(10.0, None, 0.0, 4.0), {"busy"}, 4) is names
+    assert shortlist([*names, "x"], ranks(10.0, None, 0.0, 4.0, 1.0), {"busy"}, 4) == [
         "none",
         "low",
         "mid",
         "x",
     ]
-    assert shortlist(names, [10.0, 9.0, 0.0, 4.0], {"busy", "none"}, 3) == ["busy", "low", "mid"]
+    assert shortlist(names, ranks(10.0, 9.0, 0.0, 4.0), {"busy", "none"}, 3) == [
+        "busy",
+        "low",
+        "mid",
+    ]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -53,13 +68,13 @@ def test_the_same_as_a_plain_sort(seed):
         return (names[i] in busy, -(-1.0 if score is None else score), i)
 
     expected = sorted(sorted(range(len(names)), key=rank)[:keep])
-    assert shortlist(names, scores, busy, keep) == [names[i] for i in expected]
+    assert shortlist(names, ranks(*scores), busy, keep) == [names[i] for i in expected]
 
 
 def test_zero_or_a_short_list_passes_every_node():
     names = ["a", "b", "c"]
-    assert shortlist(names, [1.0, 2.0, 3.0], set(), 0) is names
-    assert shortlist(names, [1.0, 2.0, 3.0], set(), 3) is names
+    assert shortlist(names, ranks(1.0, 2.0, 3.0), set(), 0) is names
+    assert shortlist(names, ranks(1.0, 2.0, 3.0), set(), 3) is names
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from xpushare.models import PodView
+    from xpushare.placement.ranking import FloatArray
     from xpushare.plugins import PluginHost
     from xpushare.scheduling import PodRequest, Policy, PolicyRegistry, UsageLedger
     from xpushare.scheduling.fit import DeviceOrder
@@ -255,6 +256,22 @@ class Placer:
             names, verdicts = self.cache.verdicts(request, names)
         scaled = scale(self.ranker.keys_by_verdict(request, names, verdicts))
         return list(map(scaled.get, map(id, verdicts)))
+
+    def prioritize_array(self, request: PodRequest, names: list[str]) -> FloatArray:
+        """:meth:`prioritize_each` as an array, -1 where it gives ``None``: for a caller that
+        ranks many nodes (/filter's shortlist), without a Python step per node where the
+        verdicts are shared (``Ranker.scaled_array``)."""
+        if request.policy is not None and (other := self.for_request(request)) is not self:
+            return other.prioritize_array(request, names)
+        import numpy  # imported at start off the loop (scheduler/preload.py)
+
+        if self.vendors.scorers:
+            each = self.prioritize_each(request, names)
+            return numpy.array([-1.0 if s is None else s for s in each], dtype=numpy.float64)
+        verdicts = self.cache.recall(request, names)
+        if verdicts is None:
+            names, verdicts = self.cache.verdicts(request, names)
+        return self.ranker.scaled_array(request, names, verdicts)
 
     # -- the choice ------------------------------------------------------------------------------
 

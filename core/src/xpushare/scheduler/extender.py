@@ -479,8 +479,12 @@ class Extender:
                 raise BadRequest("NodeNames must be a list of node names")
             if (why := too_many_candidates(len(names), "NodeNames")) is not None:
                 raise BadRequest(why)
-            if not set(map(type, names)) <= {str}:
-                raise BadRequest("NodeNames must be a list of node names")
+            try:
+                # Refuses anything but strings, at C speed (a check of each item's type was
+                # 3 % of /filter at 5,000 candidates, py-spy, 2026-12-06).
+                "".join(names)
+            except TypeError:
+                raise BadRequest("NodeNames must be a list of node names") from None
             return names, None
         nodes = args.get("Nodes")
         if isinstance(nodes, dict):
@@ -594,7 +598,7 @@ class Extender:
             # Unsliced, /filter's own call: the placer's remembered verdicts may answer.
             result = self.feasibility.check(request, part, observe=False, scored=not sliced)
             if self.cluster.dra_nodes and not _whole_devices(request):
-                self._off_dra_nodes(request, result.fits, unresolvable)
+                result.fits = self._off_dra_nodes(request, result.fits, unresolvable)
             over = self._over_quota(request, parsed.view.ref.namespace, result.fits)
             if over:
                 # The devices fit, the namespace's quota does not: another pod of it may end.
@@ -612,7 +616,10 @@ class Extender:
                 (unresolvable if hopeless else failed)[name] = message
                 label = reason.name.lower() if isinstance(reason, FitReason) else "other"
                 tally[label] = tally.get(label, 0) + 1
-            fits.extend(result.fits)
+            if sliced:
+                fits.extend(result.fits)
+            else:  # the one slice: its list (at 5,000 nodes a copy is a pass of its own)
+                fits = result.fits
             refusals.append(result.failed)
             if sliced:
                 yield
@@ -647,7 +654,7 @@ class Extender:
             self.metrics.shortlists.labels(result="preferences").inc()
             return fits
         self.metrics.shortlists.labels(result="shortened").inc()
-        scores = self.placer.prioritize_each(request, fits)
+        scores = self.placer.prioritize_array(request, fits)
         return shortlist(fits, scores, self.binding, self.shortlist)
 
     def _learn(self, ref: PodRef, request: PodRequest, fits: list[str]) -> None:
@@ -674,8 +681,10 @@ class Extender:
 
     def _off_dra_nodes(
         self, request: PodRequest, fits: list[str], unresolvable: dict[str, str]
-    ) -> None:
-        """Take DRA nodes out of *fits* for a request of device shares.
+    ) -> list[str]:
+        """*fits* without the DRA nodes, for a request of device shares (a new list when one
+        is taken out, never *fits* changed: it may be the list kube-scheduler sent, which
+        the placer remembers for the /prioritize after).
 
         On a DRA node kubelet has no device plugin: a pod written for the device-plugin path
         is served there only through a DeviceClass's ``extendedResourceName``, which gives
@@ -684,7 +693,7 @@ class Extender:
         dra = self.cluster.dra_nodes
         kept = [n for n in fits if n not in dra]
         if len(kept) == len(fits):
-            return
+            return fits
         for name in fits:
             if name in dra:
                 unresolvable[name] = (
@@ -694,7 +703,7 @@ class Extender:
                     "DeviceClass's extendedResourceName (docs/dra.md)"
                 )
         self.metrics.failures.labels(verb="filter", reason="dra_node").inc(len(fits) - len(kept))
-        fits[:] = kept
+        return kept
 
     def _over_quota(self, request: PodRequest, namespace: str, nodes: list[str]) -> dict[str, str]:
         """The nodes of *nodes* where the pod would take its namespace past a device quota,

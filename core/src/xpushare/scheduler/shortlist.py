@@ -38,7 +38,10 @@ picks among them at random as it would have among all.
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xpushare.placement.ranking import FloatArray
 
 #: Nodes /filter passes on when more fit (``extender.shortlist``; 0 passes every node).
 #: Sixteen: twice a node's 8 devices, so a burst of pods each wanting a device finds as many
@@ -73,10 +76,8 @@ def states_preferences(pod: Any) -> bool:
     return False
 
 
-def shortlist(
-    names: list[str], scores: list[float | None], busy: Container[str], keep: int
-) -> list[str]:
-    """The *keep* best of *names* by *scores* (in their order; ``None``: scores lowest), a
+def shortlist(names: list[str], scores: FloatArray, busy: Container[str], keep: int) -> list[str]:
+    """The *keep* best of *names* by *scores* (in their order; below 0: scores lowest), a
     node in *busy* below every other, in *names*' order; all of *names* when *keep* is 0 or
     they are no more than *keep*.
 
@@ -88,11 +89,9 @@ def shortlist(
         return names
     import numpy  # imported at start off the loop (preload.py); a dict lookup here
 
-    ranked = numpy.array(scores, dtype=numpy.float64)  # None reads as NaN
-    numpy.nan_to_num(ranked, copy=False, nan=-1.0)
     # A stable sort of the negated ranks: the earlier of equal nodes first, so ties stay in
     # kube-scheduler's order.
-    order = numpy.argsort(-ranked, kind="stable")
+    order = numpy.argsort(-scores, kind="stable")
     best: list[int] = []
     held: list[int] = []  # busy nodes passed over, best first
     for i in map(int, order):
