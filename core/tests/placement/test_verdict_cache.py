@@ -237,10 +237,13 @@ def test_a_column_keeps_only_nodes_the_ledger_knows_and_a_bounded_number() -> No
     cache = cache_on(ledger, policy_on(ledger, "binpack", REQUESTS))
     names = [*ledger.nodes, *(f"made-up-{i}" for i in range(500))]
     cache.verdicts(share(30), names)
+    assert not cache.columns, "a shape met for the first time keeps no column"
     cache.verdicts(share(30), names)
     (column,) = cache.columns.values()
     assert set(column.by_name) == set(ledger.nodes)
     for percent in range(1, MAX_COLUMNS + 5):
+        cache.verdicts(share(percent), names)
+        assert len(cache.columns) <= MAX_COLUMNS, "a shape read once keeps no column"
         cache.verdicts(share(percent), names)
     assert len(cache.columns) == MAX_COLUMNS
 

@@ -54,12 +54,14 @@ def _requests(rng: random.Random, count: int) -> list[PodRequest]:
     ]
 
 
+# 300 nodes: past COLUMN_FROM, so /filter's verdicts come from the verdict cache's columns.
+@pytest.mark.parametrize("size", [40, 300])
 @pytest.mark.parametrize("policy", ["binpack", "fgd", "fgd-cpu"])
 def test_prioritize_after_filter_answers_as_a_fresh_read_whatever_changed_between(
-    policy: str,
+    policy: str, size: int
 ) -> None:
     rng = random.Random(11)
-    ledger = fleet(rng, 40)
+    ledger = fleet(rng, size)
     pods = _requests(rng, 60)
     placer = Placer(ledger, policy)
     placer.policy.set_workload(Workload.from_requests(pods))
@@ -84,8 +86,11 @@ def test_prioritize_after_filter_answers_as_a_fresh_read_whatever_changed_betwee
                 ledger.set_node(gone, gpus(gone, 8))
         recalled += placer.cache.recall(request, fits) is not None
         each = placer.prioritize_each(request, fits)
+        ranked = placer.prioritize_array(request, fits).tolist()
         placer.cache.remembered = None  # the same question, read afresh
+        placer.cache.columns.clear()
         assert each == placer.prioritize_each(request, fits), (i, request.describe())
+        assert ranked == [-1.0 if s is None else s for s in each]
         best = max(
             (n for n, s in zip(fits, each, strict=True) if s is not None),
             key=lambda n: each[fits.index(n)] or 0.0,
@@ -125,10 +130,11 @@ def test_filter_answers_by_feasibility_where_most_verdicts_are_not_known_yet() -
     assert placer.warm_verdicts(share(30), names) is not None
 
 
+@pytest.mark.parametrize("size", [50, 300])
 @pytest.mark.parametrize("policy", ["binpack", "fgd-cpu"])
-def test_filter_from_the_verdicts_is_the_feasibility_checks_answer(policy: str) -> None:
+def test_filter_from_the_verdicts_is_the_feasibility_checks_answer(policy: str, size: int) -> None:
     rng = random.Random(7)
-    ledger = fleet(rng, 50)
+    ledger = fleet(rng, size)
     placer = Placer(ledger, policy)
     pods = _requests(rng, 40)
     placer.policy.set_workload(Workload.from_requests(pods))

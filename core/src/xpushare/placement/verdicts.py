@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 #: in a fraction of the scoring's time, so the scoring stays /prioritize's then.
 WARM_FILL = 32
 
-#: Lists of names at least this long are read through a :class:`Column`. Why: at 5,000
+#: Lists of names at least this long are read through a :class:`Column` (kept from the
+#: second read of a memo key on, so a stream of distinct shapes keeps none). Why: at 5,000
 #: candidates, finding each name's node and then the verdict in that node's memo were the
 #: two largest lines of /filter (a third of its time under py-spy in bench_throughput with
 #: 5,000 candidates, 2026-12-06): each touches a different object per node, scattered
@@ -159,6 +160,7 @@ class VerdictCache:
         made = keys.made
         key = keys.key(request)
         table = self.ledger.nodes
+        long = False
         if nodes is None:
             names = list(table)
             states: list[NodeState | None] = list(table.values())
@@ -182,10 +184,9 @@ class VerdictCache:
                 raise TooCold
             known = cast("list[NodeState]", states)
             self.filler.fill(request, key, known)
-            filled = cast("list[Verdict]", self.read(states, key, share, request))
-            if nodes is not None and len(names) >= COLUMN_FROM:
-                self._keep(key, names, filled)
-            return names, filled
+            # No column for a key met for the first time: a stream of distinct shapes
+            # would build one a call and never read it (the second read of a key keeps it).
+            return names, cast("list[Verdict]", self.read(states, key, share, request))
         verdicts = self.read(states, key, share, request)
         if None in verdicts:
             todo = [i for i, v in enumerate(verdicts) if v is None]
@@ -203,7 +204,7 @@ class VerdictCache:
                     verdicts[i] = verdict
             else:  # mostly new (a new pod shape): read them all again, at C speed
                 verdicts = self.read(states, key, share, request)
-        if nodes is not None and len(names) >= COLUMN_FROM:
+        if long:
             if None in states:  # names the ledger does not know are not kept
                 kept = [s is not None for s in states]
                 self._keep(
