@@ -148,8 +148,11 @@ def test_prioritize_array_is_prioritize_each_with_minus_one_for_none(policy: str
         each = placer.prioritize_each(request, names)
         want = [-1.0 if s is None else s for s in each]
         assert placer.prioritize_array(request, names).tolist() == want
-        placer.cache.warm_verdicts(request, names)
-        assert placer.prioritize_array(request, names).tolist() == want
+        # Recalled: /filter's verdicts of the nodes that fit, read back for exactly those.
+        fits = [n for n, s in zip(names, each, strict=True) if s is not None]
+        assert placer.cache.warm_verdicts(request, names) is not None
+        assert placer.cache.recall(request, fits) is not None
+        assert placer.prioritize_array(request, fits).tolist() == [s for s in want if s != -1.0]
 
 
 def test_decide_refuses_a_node_that_does_not_fit() -> None:

@@ -251,11 +251,16 @@ class Placer:
         if self.vendors.scorers:
             by_node = scale(self.scores(request, names))
             return list(map(by_node.get, names))
-        verdicts = self.cache.recall(request, names)
-        if verdicts is None:
-            names, verdicts = self.cache.verdicts(request, names)
+        names, verdicts = self._recalled(request, names)
         scaled = scale(self.ranker.keys_by_verdict(request, names, verdicts))
         return list(map(scaled.get, map(id, verdicts)))
+
+    def _recalled(self, request: PodRequest, names: list[str]) -> tuple[list[str], list[Verdict]]:
+        """*names*' verdicts: those /filter remembered for them, else read from the cache."""
+        verdicts = self.cache.recall(request, names)
+        if verdicts is None:
+            return self.cache.verdicts(request, names)
+        return names, verdicts
 
     def prioritize_array(self, request: PodRequest, names: list[str]) -> FloatArray:
         """:meth:`prioritize_each` as an array, -1 where it gives ``None``: for a caller that
@@ -268,10 +273,7 @@ class Placer:
         if self.vendors.scorers:
             each = self.prioritize_each(request, names)
             return numpy.array([-1.0 if s is None else s for s in each], dtype=numpy.float64)
-        verdicts = self.cache.recall(request, names)
-        if verdicts is None:
-            names, verdicts = self.cache.verdicts(request, names)
-        return self.ranker.scaled_array(request, names, verdicts)
+        return self.ranker.scaled_array(request, *self._recalled(request, names))
 
     # -- the choice ------------------------------------------------------------------------------
 
